@@ -1,0 +1,33 @@
+# whilly — make help lists the targets.
+GO        ?= go
+BIN       := bin
+GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.6.2
+
+.PHONY: help build test test-short lint bench demo clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build bin/whilly and bin/whilly-worker
+	$(GO) build -o $(BIN)/ ./cmd/whilly ./cmd/whilly-worker
+
+test: ## run every test against a private Postgres cluster, with the race detector
+	$(GO) test -race -count=1 ./...
+
+test-short: ## the tests without the race detector (faster)
+	$(GO) test -count=1 ./...
+
+lint: ## gofmt, go vet and golangci-lint
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	$(GO) run $(GOLANGCI) run ./...
+
+bench: ## Go benchmarks
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
+
+demo: build ## run the demo plan on the embedded database
+	./$(BIN)/whilly plan apply examples/demo/tasks.json
+	./$(BIN)/whilly plan show demo
+
+clean: ## remove build output
+	rm -rf $(BIN)

@@ -1,0 +1,174 @@
+// Package cli is whilly's command line: the cobra command tree, exit codes and the
+// composition roots (`whilly serve`, `whilly run`) that wire the store, the control plane
+// and the workers together. It is the only package that reads the environment.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/whilly-go/whilly/internal/pglocal"
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// Exit codes (SPEC §13).
+const (
+	ExitOK     = 0
+	ExitFailed = 1 // validation or operation error
+	ExitEnv    = 2 // environment or configuration error
+)
+
+// exitError carries an exit code and the one sentence printed on stderr.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// failf is an operation or validation error: exit 1.
+func failf(format string, args ...any) error {
+	return &exitError{code: ExitFailed, err: fmt.Errorf(format, args...)}
+}
+
+// envf is an environment or configuration error: exit 2.
+func envf(format string, args ...any) error {
+	return &exitError{code: ExitEnv, err: fmt.Errorf(format, args...)}
+}
+
+// IO is where a command reads and writes.
+type IO struct {
+	In     io.Reader
+	Out    io.Writer
+	Err    io.Writer
+	Getenv func(string) string
+}
+
+// StdIO is the process's own standard streams and environment.
+func StdIO() IO { return IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv} }
+
+// Execute runs the whilly command line with args (without the program name) and returns
+// the process exit code.
+func Execute(ctx context.Context, args []string, stdio IO) int {
+	root := NewRootCommand(stdio)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	return report(stdio.Err, err)
+}
+
+// report prints err as one sentence and maps it to an exit code.
+func report(w io.Writer, err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	code := ExitFailed
+	var ee *exitError
+	var ve *plan.ValidationError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+	case errors.As(err, &ve):
+		fmt.Fprintf(w, "whilly: the plan is invalid:\n%s\n", indent(ve.Error()))
+		return ExitFailed
+	case errors.Is(err, pglocal.ErrNoBinaries):
+		code = ExitEnv
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(w, "whilly: interrupted")
+		return 130
+	}
+	fmt.Fprintf(w, "whilly: %s\n", sentence(err))
+	return code
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
+}
+
+// sentence makes the error read as one sentence: its first letter is kept lowercase as
+// Go errors are, and a final period added.
+func sentence(err error) string {
+	s := strings.TrimSpace(err.Error())
+	if s != "" && !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
+}
+
+// app holds what every command needs: streams, environment, logger.
+type app struct {
+	io  IO
+	log *slog.Logger
+}
+
+func (a *app) env(name string) string { return strings.TrimSpace(a.io.Getenv(name)) }
+
+// NewRootCommand builds the whilly command tree.
+func NewRootCommand(stdio IO) *cobra.Command {
+	if stdio.Getenv == nil {
+		stdio.Getenv = func(string) string { return "" }
+	}
+	a := &app{io: stdio, log: slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	root := &cobra.Command{
+		Use:   "whilly",
+		Short: "GitHub-native orchestrator for AI coding agents",
+		Long: `whilly turns plans of tasks into work done by coding agents.
+
+Plans live in Postgres. With WHILLY_DATABASE_URL unset, whilly starts (or reuses) a private
+Postgres cluster in its data directory (WHILLY_DATA_DIR, default ~/.local/share/whilly).
+
+Exit codes: 0 success, 1 validation or operation error, 2 environment or configuration error.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(stdio.In)
+	root.SetOut(stdio.Out)
+	root.SetErr(stdio.Err)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return failf("%v (see --help)", err) })
+	root.AddCommand(
+		a.planCommand(),
+		a.migrateCommand(),
+		a.dbCommand(),
+	)
+	return root
+}
+
+// noArgs and exactArgs answer a wrong argument count with exit 1 and a usage hint.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return failf("%s takes %s (see '%s --help')", cmd.CommandPath(), what, cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) != 0 {
+		return failf("%s takes no arguments, got %q (see '%s --help')", cmd.CommandPath(), args[0], cmd.CommandPath())
+	}
+	return nil
+}
+
+// storeErr maps store errors to exit codes.
+func storeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	if errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrConflict) {
+		return &exitError{code: ExitFailed, err: err}
+	}
+	return err
+}

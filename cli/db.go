@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/whilly-go/whilly/internal/pglocal"
+	"github.com/whilly-go/whilly/migrations"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// databaseURL returns WHILLY_DATABASE_URL, or starts (or reuses) the embedded cluster and
+// returns its URL.
+func (a *app) databaseURL(ctx context.Context) (string, error) {
+	if u := a.env("WHILLY_DATABASE_URL"); u != "" {
+		return u, nil
+	}
+	c, err := pglocal.Ensure(ctx, a.dataDir(), a.log)
+	if err != nil {
+		return "", envf("start the embedded database: %w", err)
+	}
+	return c.URL, nil
+}
+
+func (a *app) dataDir() string {
+	if d := a.env("WHILLY_DATA_DIR"); d != "" {
+		return d
+	}
+	return pglocal.DefaultDataDir()
+}
+
+// connect opens a pool on the configured database and checks it answers.
+func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	url, err := a.databaseURL(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, envf("WHILLY_DATABASE_URL is not a valid Postgres URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, envf("open database: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, envf("cannot reach the database (%v); check WHILLY_DATABASE_URL or unset it to use the embedded one", err)
+	}
+	return pool, nil
+}
+
+// openStore connects and brings the schema up to date (under the migration lock, so
+// concurrent commands are safe). The caller closes the pool.
+func (a *app) openStore(ctx context.Context) (*queue.Store, func(), error) {
+	pool, err := a.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := migrations.Up(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, envf("migrate the database: %w", err)
+	}
+	return queue.NewStore(pool, a.log, a.queueConfig()), pool.Close, nil
+}
+
+func (a *app) queueConfig() queue.Config {
+	return queue.Config{}
+}
+
+// printf writes to stdout; write errors on a terminal are not actionable.
+func (a *app) printf(format string, args ...any) {
+	_, _ = fmt.Fprintf(a.io.Out, format, args...)
+}

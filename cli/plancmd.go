@@ -1,0 +1,428 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// maxPlanFile bounds what a plan file may weigh; a larger one is refused before parsing.
+const maxPlanFile = 64 << 20
+
+func (a *app) planCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Import, inspect, export and change plans",
+		Long: `Plans are sets of tasks with dependencies, priorities and a budget.
+
+A plan file is JSON: {"plan_id", "project", "budget_usd", "tasks": [{"id", "priority",
+"description", "dependencies", "key_files", "acceptance_criteria", "test_steps", ...}]}.
+See the README for the whole format.`,
+	}
+	cmd.AddCommand(a.planImport(), a.planApply(), a.planCreate(), a.planExport(), a.planShow(),
+		a.planList(), a.planReset(), a.planBudget())
+	return cmd
+}
+
+// readPlanFile reads and validates a plan file ("-" is stdin).
+func (a *app) readPlanFile(path string) (*plan.Plan, error) {
+	var (
+		r    io.Reader
+		name = path
+	)
+	if path == "-" {
+		r, name = a.io.In, "standard input"
+	} else {
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, envf("plan file %s does not exist", path)
+		}
+		if err != nil {
+			return nil, envf("open plan file: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxPlanFile+1))
+	if err != nil {
+		return nil, envf("read plan file %s: %w", name, err)
+	}
+	if len(data) > maxPlanFile {
+		return nil, failf("plan file %s is larger than %d MiB", name, maxPlanFile>>20)
+	}
+	return plan.Parse(data)
+}
+
+// progress reports import progress on stderr when it is a terminal.
+func (a *app) progress(label string) func(done, total int) {
+	if !isTerminal(a.io.Err) {
+		return nil
+	}
+	return func(done, total int) {
+		fmt.Fprintf(a.io.Err, "\r%s %d/%d tasks", label, done, total)
+		if done == total {
+			fmt.Fprintln(a.io.Err)
+		}
+	}
+}
+
+func (a *app) planImport() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "import FILE",
+		Short: "Import a plan file (idempotent; - reads standard input)",
+		Long: `Import a plan file into the database in one transaction.
+
+Re-importing the same file adds nothing and writes no event; a file that adds tasks to an
+existing plan adds just those. An invalid file is refused as a whole: every problem is
+listed with the task and field it concerns, and nothing is written.`,
+		Args: exactArgs(1, "one plan file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.readPlanFile(args[0])
+			if err != nil {
+				return err
+			}
+			st, closeDB, err := a.openStore(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			res, err := st.Import(cmd.Context(), p, queue.ImportOptions{Progress: a.progress("importing")})
+			if err != nil {
+				return storeErr(err)
+			}
+			if asJSON {
+				return a.writeJSON(res)
+			}
+			verb := "imported"
+			if !res.PlanCreated {
+				verb = "updated"
+			}
+			if !res.PlanCreated && res.TasksCreated == 0 {
+				verb = "unchanged"
+			}
+			a.printf("plan %s %s: %d new tasks, %d in the file\n", res.PlanID, verb, res.TasksCreated, res.TasksTotal)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func (a *app) planApply() *cobra.Command {
+	var strict, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "apply FILE",
+		Short: "Import a plan file and run the decision gate on every task",
+		Long: `Import a plan file, then run the decision gate on each of its tasks and print the verdicts.
+
+REJECT: the description is shorter than 20 characters, or acceptance criteria or test steps
+are missing. WARN: no key files, a destructive command, a very long description.
+With --strict every rejected task that is still PENDING becomes SKIPPED (event task.skipped,
+reason decision_gate) and the plan becomes strict: the control plane re-checks the gate at claim.`,
+		Args: exactArgs(1, "one plan file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.readPlanFile(args[0])
+			if err != nil {
+				return err
+			}
+			st, closeDB, err := a.openStore(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			res, err := st.Apply(cmd.Context(), p, strict, queue.ImportOptions{Progress: a.progress("importing")})
+			if err != nil {
+				return storeErr(err)
+			}
+			if asJSON {
+				return a.writeJSON(res)
+			}
+			sty := a.styles(cmd)
+			for _, v := range res.Verdicts {
+				a.printf("%s %s\n", sty.decision(v.Verdict.Decision), v.TaskID)
+				for _, r := range v.Verdict.Reasons {
+					a.printf("    %s: %s\n", r.Code, r.Message)
+				}
+			}
+			a.printf("plan %s: %d new tasks; gate: %d allowed, %d warned, %d rejected", res.Import.PlanID,
+				res.Import.TasksCreated, res.Allowed, res.Warned, res.Rejected)
+			if strict {
+				a.printf(", %d skipped (strict)", res.Skipped)
+			} else if res.Rejected > 0 {
+				a.printf(" (use --strict to skip rejected tasks)")
+			}
+			a.printf("\n")
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&strict, "strict", false, "skip every task the gate rejects and make the plan strict")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	a.colorFlag(cmd)
+	return cmd
+}
+
+func (a *app) planCreate() *cobra.Command {
+	var id, name, budget string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "create --id ID --name NAME [--budget USD]",
+		Short: "Create an empty plan",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if id == "" || name == "" {
+				return failf("plan create needs --id and --name")
+			}
+			b, err := parseBudget(budget)
+			if err != nil {
+				return err
+			}
+			st, closeDB, err := a.openStore(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			pi, err := st.CreatePlan(cmd.Context(), id, name, b)
+			if err != nil {
+				return storeErr(err)
+			}
+			if asJSON {
+				return a.writeJSON(pi)
+			}
+			a.printf("plan %s created\n", pi.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&id, "id", "", "plan id (letters, digits and . _ : / -)")
+	cmd.Flags().StringVar(&name, "name", "", "plan name")
+	cmd.Flags().StringVar(&budget, "budget", "", "budget cap in USD (default: unlimited)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")
+	return cmd
+}
+
+// parseBudget reads a USD amount; "" is unlimited.
+func parseBudget(s string) (*plan.USD, error) {
+	if s == "" {
+		return nil, nil
+	}
+	u, err := plan.ParseUSD(strings.TrimPrefix(s, "$"))
+	if err != nil {
+		return nil, failf("budget %q is not an amount of USD such as 5 or 2.50", s)
+	}
+	return &u, nil
+}
+
+func (a *app) planExport() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "export ID",
+		Short: "Print a plan as a canonical plan file",
+		Long: `Print a plan as a plan file. The output is canonical and byte-stable:
+import → export → import → export gives identical bytes.`,
+		Args: exactArgs(1, "one plan id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, closeDB, err := a.openStore(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			p, err := st.Export(cmd.Context(), args[0])
+			if err != nil {
+				return storeErr(err)
+			}
+			data, err := plan.Encode(p)
+			if err != nil {
+				return fmt.Errorf("encode plan %s: %w", args[0], err)
+			}
+			if out == "" || out == "-" {
+				_, err = a.io.Out.Write(data)
+				return err
+			}
+			if err := os.WriteFile(out, data, 0o644); err != nil {
+				return failf("write %s: %w", out, err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of standard output")
+	return cmd
+}
+
+func (a *app) planList() *cobra.Command {
+	var asJSON bool
+	var status string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List plans with their progress and budget",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, closeDB, err := a.openStore(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			var all []queue.PlanInfo
+			page := queue.PlanPage{Status: plan.PlanStatus(strings.ToUpper(status)), Limit: 500}
+			for {
+				plans, next, err := st.ListPlans(cmd.Context(), page)
+				if err != nil {
+					return storeErr(err)
+				}
+				all = append(all, plans...)
+				if next == "" {
+					break
+				}
+				page.After = next
+			}
+			if asJSON {
+				return a.writeJSON(map[string]any{"plans": all})
+			}
+			if len(all) == 0 {
+				a.printf("no plans yet: import one with 'whilly plan import FILE'\n")
+				return nil
+			}
+			sty := a.styles(cmd)
+			tw := newTable(a.io.Out)
+			tw.row("PLAN", "STATUS", "DONE", "TASKS", "SPENT", "BUDGET", "NAME")
+			for _, p := range all {
+				done := p.Counts[plan.StatusDone] + p.Counts[plan.StatusSkipped]
+				tw.row(p.ID, sty.planStatus(p.Status), fmt.Sprint(done), fmt.Sprint(p.Total), "$"+p.Spent.String(), budgetText(p.Budget), p.Name)
+			}
+			return tw.flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	cmd.Flags().StringVar(&status, "status", "", "only plans in this status (ACTIVE, PAUSED, DONE, FAILED, CANCELLED)")
+	a.colorFlag(cmd)
+	return cmd
+}
+
+func budgetText(b *plan.USD) string {
+	if b == nil {
+		return "unlimited"
+	}
+	return "$" + b.String()
+}
+
+func (a *app) planReset() *cobra.Command {
+	var hard, yes, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "reset ID",
+		Short: "Return finished tasks to PENDING, or delete the plan with --hard",
+		Long: `Soft reset: every DONE, FAILED, SKIPPED or CANCELLED task returns to PENDING (event RESET,
+attempts and errors cleared) and the plan becomes ACTIVE; running tasks are left alone.
+Hard reset (--hard): the plan and its tasks are deleted; the audit log keeps every event
+and records plan.deleted. A hard reset asks for confirmation unless --yes is given.`,
+		Args: exactArgs(1, "one plan id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if hard && !yes {
+				ok, err := a.confirm(fmt.Sprintf("Delete plan %s and all its tasks?", args[0]))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return failf("plan %s was not deleted", args[0])
+				}
+			}
+			st, closeDB, err := a.openStore(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			res, err := st.ResetPlan(cmd.Context(), args[0], hard)
+			if err != nil {
+				return storeErr(err)
+			}
+			if asJSON {
+				return a.writeJSON(res)
+			}
+			if hard {
+				a.printf("plan %s deleted with its %d tasks; its events stay in the audit log\n", res.PlanID, res.Deleted)
+			} else {
+				a.printf("plan %s reset: %d tasks back to PENDING\n", res.PlanID, res.Reset)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&hard, "hard", false, "delete the plan and its tasks")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+// confirm asks a yes/no question on a terminal; elsewhere it refuses and says to use --yes.
+func (a *app) confirm(question string) (bool, error) {
+	if !isTerminal(a.io.In) {
+		return false, failf("%s Refusing without a terminal to ask on: pass --yes", question)
+	}
+	fmt.Fprintf(a.io.Err, "%s [y/N] ", question)
+	line, err := bufio.NewReader(a.io.In).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("read answer: %w", err)
+	}
+	answer := strings.ToLower(strings.TrimSpace(line))
+	return answer == "y" || answer == "yes", nil
+}
+
+func (a *app) planBudget() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "budget ID USD",
+		Short: "Set a plan's budget cap (resumes a plan paused on budget)",
+		Long: `Set a plan's budget cap in USD ("unlimited" removes the cap). Writes plan.budget_raised;
+a plan paused because it reached its budget resumes when the new cap is above what it spent.`,
+		Args: exactArgs(2, "a plan id and an amount of USD"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var b *plan.USD
+			if !strings.EqualFold(args[1], "unlimited") {
+				var err error
+				if b, err = parseBudget(args[1]); err != nil {
+					return err
+				}
+			}
+			st, closeDB, err := a.openStore(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			pi, err := st.SetBudget(cmd.Context(), args[0], b)
+			if err != nil {
+				return storeErr(err)
+			}
+			if asJSON {
+				return a.writeJSON(pi)
+			}
+			a.printf("plan %s: budget %s, spent $%s, status %s\n", pi.ID, budgetText(pi.Budget), pi.Spent, pi.Status)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")
+	return cmd
+}
+
+func (a *app) writeJSON(v any) error {
+	enc := json.NewEncoder(a.io.Out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// withStore is for commands that only read or change the store.
+func (a *app) withStore(ctx context.Context, fn func(*queue.Store) error) error {
+	st, closeDB, err := a.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	return storeErr(fn(st))
+}

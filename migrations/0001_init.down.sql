@@ -1,0 +1,9 @@
+DROP TABLE IF EXISTS api_tokens;
+DROP TABLE IF EXISTS installations;
+DROP TABLE IF EXISTS webhook_deliveries;
+DROP TABLE IF EXISTS events;
+DROP FUNCTION IF EXISTS whilly_events_notify();
+DROP FUNCTION IF EXISTS whilly_events_append_only();
+DROP TABLE IF EXISTS workers;
+DROP TABLE IF EXISTS tasks;
+DROP TABLE IF EXISTS plans;

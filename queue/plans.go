@@ -1,0 +1,599 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/whilly-go/whilly/plan"
+)
+
+// PlanInfo is a plan's row plus task counts by status.
+type PlanInfo struct {
+	ID             string              `json:"id"`
+	Name           string              `json:"name"`
+	Status         plan.PlanStatus     `json:"status"`
+	PauseReason    string              `json:"pause_reason,omitempty"`
+	Budget         *plan.USD           `json:"budget_usd"`
+	Spent          plan.USD            `json:"spent_usd"`
+	Strict         bool                `json:"strict"`
+	Repo           string              `json:"repo,omitempty"`
+	GitHubIssueRef string              `json:"github_issue_ref,omitempty"`
+	InstallationID int64               `json:"installation_id,omitempty"`
+	CommentID      int64               `json:"status_comment_id,omitempty"`
+	Verify         []plan.Verify       `json:"verify,omitempty"`
+	Counts         map[plan.Status]int `json:"counts"`
+	Total          int                 `json:"total"`
+	CreatedAt      time.Time           `json:"created_at"`
+	UpdatedAt      time.Time           `json:"updated_at"`
+}
+
+// TaskInfo is a task's row: the plan-file fields and the runtime state.
+type TaskInfo struct {
+	PlanID             string        `json:"plan_id"`
+	ID                 string        `json:"id"`
+	Status             plan.Status   `json:"status"`
+	Priority           plan.Priority `json:"priority"`
+	Description        string        `json:"description"`
+	Dependencies       []string      `json:"dependencies"`
+	KeyFiles           []string      `json:"key_files"`
+	AcceptanceCriteria []string      `json:"acceptance_criteria"`
+	TestSteps          []string      `json:"test_steps"`
+	PRDRequirement     string        `json:"prd_requirement"`
+	Labels             []string      `json:"labels"`
+	Gate               plan.Verdict  `json:"gate"`
+	Attempts           int           `json:"attempts"`
+	MaxAttempts        int           `json:"max_attempts"`
+	NotBefore          *time.Time    `json:"not_before,omitempty"`
+	LeaseID            string        `json:"lease_id,omitempty"`
+	LeaseExpiresAt     *time.Time    `json:"lease_expires_at,omitempty"`
+	ClaimedBy          string        `json:"claimed_by,omitempty"`
+	Version            int           `json:"version"`
+	Cost               plan.USD      `json:"cost_usd"`
+	LastError          string        `json:"last_error,omitempty"`
+	Result             string        `json:"result,omitempty"`
+	CreatedAt          time.Time     `json:"created_at"`
+	UpdatedAt          time.Time     `json:"updated_at"`
+}
+
+// Task returns the plan-file view of the row.
+func (t TaskInfo) Task() plan.Task {
+	return plan.Task{
+		ID: t.ID, Status: t.Status, Priority: t.Priority, Description: t.Description,
+		Dependencies: t.Dependencies, KeyFiles: t.KeyFiles, AcceptanceCriteria: t.AcceptanceCriteria,
+		TestSteps: t.TestSteps, PRDRequirement: t.PRDRequirement, MaxAttempts: t.MaxAttempts, Labels: t.Labels,
+	}
+}
+
+// ImportResult says what an import wrote.
+type ImportResult struct {
+	PlanID       string `json:"plan_id"`
+	PlanCreated  bool   `json:"plan_created"`
+	TasksCreated int    `json:"tasks_created"`
+	TasksTotal   int    `json:"tasks_total"`
+}
+
+// ImportOptions tunes Import.
+type ImportOptions struct {
+	// Progress, when set, is called after each batch with the tasks handled so far.
+	Progress func(done, total int)
+	// GitHubIssueRef, InstallationID tie the plan to an issue (GitHub intake).
+	GitHubIssueRef string
+	InstallationID int64
+}
+
+const importBatch = 2000
+
+// Import writes p in one transaction. It is idempotent: an existing plan keeps its row,
+// existing tasks are left as they are, and only new tasks get inserted with a
+// task.created event. p must be valid (plan.Validate); nothing is written otherwise.
+func (s *Store) Import(ctx context.Context, p *plan.Plan, opts ImportOptions) (ImportResult, error) {
+	var res ImportResult
+	if err := plan.Validate(p); err != nil {
+		return res, err
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		res, err = importTx(ctx, tx, p, opts)
+		return err
+	})
+	if err != nil {
+		return ImportResult{}, err
+	}
+	return res, nil
+}
+
+func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) (ImportResult, error) {
+	res := ImportResult{PlanID: p.ID, TasksTotal: len(p.Tasks)}
+	verify, err := json.Marshal(verifyRows(p.Verify))
+	if err != nil {
+		return res, fmt.Errorf("encode verify commands: %w", err)
+	}
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO plans (id, name, budget_usd, strict, repo, verify, github_issue_ref, installation_id)
+		VALUES ($1, $2, $3::numeric, $4, NULLIF($5, ''), $6, NULLIF($7, ''), NULLIF($8, 0))
+		ON CONFLICT (id) DO NOTHING`,
+		p.ID, p.Name, usdParam(p.Budget), p.Strict, p.Repo, verify, opts.GitHubIssueRef, opts.InstallationID)
+	if err != nil {
+		if isUniqueViolation(err) {
+			return res, fmt.Errorf("import plan %s: issue %s already has a live plan: %w", p.ID, opts.GitHubIssueRef, ErrConflict)
+		}
+		return res, fmt.Errorf("import plan %s: %w", p.ID, err)
+	}
+	res.PlanCreated = tag.RowsAffected() == 1
+	if res.PlanCreated {
+		payload := map[string]any{"name": p.Name, "tasks": len(p.Tasks), "budget_usd": usdParam(p.Budget)}
+		if err := insertEvent(ctx, tx, p.ID, "", EventPlanCreated, payload, nil); err != nil {
+			return res, err
+		}
+	}
+	var base int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(ord) + 1, 0) FROM tasks WHERE plan_id = $1`, p.ID).Scan(&base); err != nil {
+		return res, fmt.Errorf("import plan %s: read task order: %w", p.ID, err)
+	}
+	for start := 0; start < len(p.Tasks); start += importBatch {
+		end := min(start+importBatch, len(p.Tasks))
+		n, err := insertTasks(ctx, tx, p.ID, base+start, p.Tasks[start:end])
+		if err != nil {
+			return res, fmt.Errorf("import plan %s: %w", p.ID, err)
+		}
+		res.TasksCreated += n
+		if opts.Progress != nil {
+			opts.Progress(end, len(p.Tasks))
+		}
+	}
+	return res, nil
+}
+
+type taskRow struct {
+	ID                 string        `json:"id"`
+	Ord                int           `json:"ord"`
+	Status             plan.Status   `json:"status"`
+	Priority           plan.Priority `json:"priority"`
+	Description        string        `json:"description"`
+	Dependencies       []string      `json:"dependencies"`
+	KeyFiles           []string      `json:"key_files"`
+	AcceptanceCriteria []string      `json:"acceptance_criteria"`
+	TestSteps          []string      `json:"test_steps"`
+	PRDRequirement     string        `json:"prd_requirement"`
+	Labels             []string      `json:"labels"`
+	MaxAttempts        int           `json:"max_attempts"`
+	GateVerdict        plan.Decision `json:"gate_verdict"`
+	GateReasons        []plan.Reason `json:"gate_reasons"`
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// insertTasks inserts a batch with one statement; existing (plan_id, id) rows are kept.
+// Each inserted row gets its task.created event in the same statement.
+func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks []plan.Task) (int, error) {
+	rows := make([]taskRow, len(tasks))
+	for i, t := range tasks {
+		v := plan.Gate(t)
+		maxAttempts := t.MaxAttempts
+		if maxAttempts <= 0 {
+			maxAttempts = plan.DefaultMaxAttempts
+		}
+		status := t.Status
+		if status == "" {
+			status = plan.StatusPending
+		}
+		rows[i] = taskRow{
+			ID: t.ID, Ord: ord + i, Status: status, Priority: t.Priority, Description: t.Description,
+			Dependencies: nonNil(t.Dependencies), KeyFiles: nonNil(t.KeyFiles),
+			AcceptanceCriteria: nonNil(t.AcceptanceCriteria), TestSteps: nonNil(t.TestSteps),
+			PRDRequirement: t.PRDRequirement, Labels: nonNil(t.Labels), MaxAttempts: maxAttempts,
+			GateVerdict: v.Decision, GateReasons: v.Reasons,
+		}
+		if rows[i].GateReasons == nil {
+			rows[i].GateReasons = []plan.Reason{}
+		}
+	}
+	doc, err := json.Marshal(rows)
+	if err != nil {
+		return 0, fmt.Errorf("encode tasks: %w", err)
+	}
+	var n int
+	err = tx.QueryRow(ctx, `
+		WITH ins AS (
+			INSERT INTO tasks (plan_id, id, ord, status, priority, description, dependencies, key_files,
+			                   acceptance_criteria, test_steps, prd_requirement, labels, max_attempts,
+			                   gate_verdict, gate_reasons)
+			SELECT $1, r.id, r.ord, r.status, r.priority, r.description, r.dependencies, r.key_files,
+			       r.acceptance_criteria, r.test_steps, r.prd_requirement, r.labels, r.max_attempts,
+			       r.gate_verdict, r.gate_reasons
+			FROM jsonb_to_recordset($2::jsonb) AS r(
+				id text, ord int, status text, priority text, description text, dependencies text[],
+				key_files text[], acceptance_criteria text[], test_steps text[], prd_requirement text,
+				labels text[], max_attempts int, gate_verdict text, gate_reasons jsonb)
+			ORDER BY r.ord
+			ON CONFLICT (plan_id, id) DO NOTHING
+			RETURNING id, ord, status, priority, gate_verdict
+		), ev AS (
+			INSERT INTO events (plan_id, task_id, type, payload)
+			SELECT $1, id, 'task.created',
+			       jsonb_build_object('status', status, 'priority', priority, 'gate', gate_verdict)
+			FROM ins ORDER BY ord
+			RETURNING 1
+		)
+		SELECT count(*) FROM ev`, planID, doc).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("insert tasks: %w", err)
+	}
+	return n, nil
+}
+
+type verifyRow struct {
+	Name     string `json:"name"`
+	Command  string `json:"command"`
+	Required bool   `json:"required"`
+}
+
+func verifyRows(vs []plan.Verify) []verifyRow {
+	out := make([]verifyRow, len(vs))
+	for i, v := range vs {
+		out[i] = verifyRow(v)
+	}
+	return out
+}
+
+// ApplyResult is an import followed by the decision gate.
+type ApplyResult struct {
+	Import   ImportResult  `json:"import"`
+	Verdicts []TaskVerdict `json:"verdicts"`
+	Allowed  int           `json:"allowed"`
+	Warned   int           `json:"warned"`
+	Rejected int           `json:"rejected"`
+	Skipped  int           `json:"skipped"`
+	Strict   bool          `json:"strict"`
+}
+
+// TaskVerdict is the gate's verdict on one task.
+type TaskVerdict struct {
+	TaskID  string `json:"task_id"`
+	Verdict plan.Verdict
+}
+
+// MarshalJSON flattens the verdict next to the task id.
+func (v TaskVerdict) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		TaskID   string        `json:"task_id"`
+		Decision plan.Decision `json:"decision"`
+		Reasons  []plan.Reason `json:"reasons"`
+	}{v.TaskID, v.Verdict.Decision, v.Verdict.Reasons})
+}
+
+// Apply imports p and runs the decision gate on every task of the file. With strict, each
+// rejected task still PENDING becomes SKIPPED with a task.skipped event (reason
+// decision_gate) and the plan becomes strict, so the control plane re-checks the gate at
+// claim. One plan.applied event records the counts. All of it is one transaction.
+func (s *Store) Apply(ctx context.Context, p *plan.Plan, strict bool, opts ImportOptions) (ApplyResult, error) {
+	res := ApplyResult{Strict: strict}
+	if err := plan.Validate(p); err != nil {
+		return res, err
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		if res.Import, err = importTx(ctx, tx, p, opts); err != nil {
+			return err
+		}
+		var rejected []string
+		for _, t := range p.Tasks {
+			v := plan.Gate(t)
+			res.Verdicts = append(res.Verdicts, TaskVerdict{TaskID: t.ID, Verdict: v})
+			switch v.Decision {
+			case plan.DecisionAllow:
+				res.Allowed++
+			case plan.DecisionWarn:
+				res.Warned++
+			case plan.DecisionReject:
+				res.Rejected++
+				rejected = append(rejected, t.ID)
+			}
+		}
+		if strict {
+			if _, err := tx.Exec(ctx, `UPDATE plans SET strict = true, updated_at = now() WHERE id = $1 AND NOT strict`, p.ID); err != nil {
+				return fmt.Errorf("mark plan %s strict: %w", p.ID, err)
+			}
+			n, err := skipRejected(ctx, tx, p.ID, rejected)
+			if err != nil {
+				return err
+			}
+			res.Skipped = n
+		}
+		payload := map[string]any{
+			"tasks_count": len(p.Tasks), "allowed_count": res.Allowed, "warned_count": res.Warned,
+			"rejected_count": res.Rejected, "skipped_count": res.Skipped, "strict": strict,
+		}
+		return insertEvent(ctx, tx, p.ID, "", EventPlanApplied, payload, nil)
+	})
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	return res, nil
+}
+
+// skipRejected moves the PENDING tasks among ids to SKIPPED with a task.skipped event
+// carrying the gate's reasons. Tasks already skipped or past PENDING are left alone.
+func skipRejected(ctx context.Context, tx pgx.Tx, planID string, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n int
+	err := tx.QueryRow(ctx, `
+		WITH sk AS (
+			UPDATE tasks SET status = 'SKIPPED', version = version + 1, updated_at = now()
+			WHERE plan_id = $1 AND id = ANY($2) AND status = 'PENDING' AND gate_verdict = 'REJECT'
+			RETURNING id, ord, gate_reasons
+		), ev AS (
+			INSERT INTO events (plan_id, task_id, type, payload, detail)
+			SELECT $1, id, 'task.skipped', jsonb_build_object('reason', 'decision_gate', 'from', 'PENDING'),
+			       jsonb_build_object('reasons', gate_reasons)
+			FROM sk ORDER BY ord
+			RETURNING 1
+		)
+		SELECT count(*) FROM ev`, planID, ids).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("skip gate-rejected tasks of plan %s: %w", planID, err)
+	}
+	return n, nil
+}
+
+// CreatePlan creates an empty plan. An existing id is ErrConflict.
+func (s *Store) CreatePlan(ctx context.Context, id, name string, budget *plan.USD) (PlanInfo, error) {
+	p := &plan.Plan{ID: id, Name: name, Budget: budget}
+	if err := plan.Validate(p); err != nil {
+		return PlanInfo{}, err
+	}
+	res, err := s.Import(ctx, p, ImportOptions{})
+	if err != nil {
+		return PlanInfo{}, err
+	}
+	if !res.PlanCreated {
+		return PlanInfo{}, fmt.Errorf("create plan %s: it already exists: %w", id, ErrConflict)
+	}
+	return s.GetPlan(ctx, id)
+}
+
+const planColumns = `p.id, p.name, p.status, coalesce(p.pause_reason, ''),
+	(p.budget_usd * 1000000)::bigint, (p.spent_usd * 1000000)::bigint, p.strict, coalesce(p.repo, ''),
+	coalesce(p.github_issue_ref, ''), coalesce(p.installation_id, 0), coalesce(p.status_comment_id, 0),
+	p.verify, p.created_at, p.updated_at,
+	coalesce((SELECT jsonb_object_agg(status, n) FROM (
+		SELECT status, count(*) AS n FROM tasks t WHERE t.plan_id = p.id GROUP BY status) c), '{}')`
+
+func scanPlan(row pgx.Row) (PlanInfo, error) {
+	var (
+		pi     PlanInfo
+		budget *int64
+		spent  int64
+		verify []verifyRow
+		counts map[plan.Status]int
+	)
+	err := row.Scan(&pi.ID, &pi.Name, &pi.Status, &pi.PauseReason, &budget, &spent, &pi.Strict, &pi.Repo,
+		&pi.GitHubIssueRef, &pi.InstallationID, &pi.CommentID, &verify, &pi.CreatedAt, &pi.UpdatedAt, &counts)
+	if err != nil {
+		return pi, err
+	}
+	if budget != nil {
+		b := plan.USD(*budget)
+		pi.Budget = &b
+	}
+	pi.Spent = plan.USD(spent)
+	for _, v := range verify {
+		pi.Verify = append(pi.Verify, plan.Verify(v))
+	}
+	pi.Counts = counts
+	for _, n := range counts {
+		pi.Total += n
+	}
+	return pi, nil
+}
+
+// GetPlan returns one plan with its task counts.
+func (s *Store) GetPlan(ctx context.Context, id string) (PlanInfo, error) {
+	pi, err := scanPlan(s.pool.QueryRow(ctx, `SELECT `+planColumns+` FROM plans p WHERE p.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return pi, fmt.Errorf("plan %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return pi, fmt.Errorf("get plan %s: %w", id, err)
+	}
+	return pi, nil
+}
+
+// PlanPage selects a page of plans ordered by id: those after the cursor After.
+type PlanPage struct {
+	After  string
+	Limit  int // default 50, at most 500
+	Status plan.PlanStatus
+}
+
+// ListPlans returns a page of plans and the cursor of the next page ("" at the end).
+func (s *Store) ListPlans(ctx context.Context, pg PlanPage) ([]PlanInfo, string, error) {
+	if pg.Limit <= 0 {
+		pg.Limit = 50
+	}
+	pg.Limit = min(pg.Limit, 500)
+	rows, err := s.pool.Query(ctx, `SELECT `+planColumns+` FROM plans p
+		WHERE p.id > $1 AND ($2 = '' OR p.status = $2) ORDER BY p.id LIMIT $3`, pg.After, string(pg.Status), pg.Limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list plans: %w", err)
+	}
+	plans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PlanInfo, error) { return scanPlan(r) })
+	if err != nil {
+		return nil, "", fmt.Errorf("list plans: %w", err)
+	}
+	next := ""
+	if len(plans) > pg.Limit {
+		plans = plans[:pg.Limit]
+		next = plans[len(plans)-1].ID
+	}
+	return plans, next, nil
+}
+
+const taskColumns = `plan_id, id, status, priority, description, dependencies, key_files, acceptance_criteria,
+	test_steps, prd_requirement, labels, gate_verdict, gate_reasons, attempts, max_attempts, not_before,
+	coalesce(lease_id::text, ''), lease_expires_at, coalesce(claimed_by, ''), version,
+	(cost_usd * 1000000)::bigint, coalesce(last_error, ''), coalesce(result, ''), created_at, updated_at`
+
+func scanTask(row pgx.Row) (TaskInfo, error) {
+	var (
+		t    TaskInfo
+		cost int64
+	)
+	err := row.Scan(&t.PlanID, &t.ID, &t.Status, &t.Priority, &t.Description, &t.Dependencies, &t.KeyFiles,
+		&t.AcceptanceCriteria, &t.TestSteps, &t.PRDRequirement, &t.Labels, &t.Gate.Decision, &t.Gate.Reasons,
+		&t.Attempts, &t.MaxAttempts, &t.NotBefore, &t.LeaseID, &t.LeaseExpiresAt, &t.ClaimedBy, &t.Version,
+		&cost, &t.LastError, &t.Result, &t.CreatedAt, &t.UpdatedAt)
+	t.Cost = plan.USD(cost)
+	return t, err
+}
+
+// Tasks returns every task of a plan in file order.
+func (s *Store) Tasks(ctx context.Context, planID string) ([]TaskInfo, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE plan_id = $1 ORDER BY ord`, planID)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TaskInfo, error) { return scanTask(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	return tasks, nil
+}
+
+// GetTask returns one task.
+func (s *Store) GetTask(ctx context.Context, planID, taskID string) (TaskInfo, error) {
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks WHERE plan_id = $1 AND id = $2`, planID, taskID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, fmt.Errorf("task %s of plan %s: %w", taskID, planID, ErrNotFound)
+	}
+	if err != nil {
+		return t, fmt.Errorf("get task %s of plan %s: %w", taskID, planID, err)
+	}
+	return t, nil
+}
+
+// Export returns the plan as a plan file would hold it, tasks in file order.
+func (s *Store) Export(ctx context.Context, planID string) (*plan.Plan, error) {
+	pi, err := s.GetPlan(ctx, planID)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := s.Tasks(ctx, planID)
+	if err != nil {
+		return nil, err
+	}
+	p := &plan.Plan{ID: pi.ID, Name: pi.Name, Budget: pi.Budget, Strict: pi.Strict, Repo: pi.Repo, Verify: pi.Verify}
+	for _, t := range tasks {
+		p.Tasks = append(p.Tasks, t.Task())
+	}
+	return p, nil
+}
+
+// ResetResult says what a reset changed.
+type ResetResult struct {
+	PlanID  string `json:"plan_id"`
+	Hard    bool   `json:"hard"`
+	Reset   int    `json:"tasks_reset"`
+	Deleted int    `json:"tasks_deleted"`
+}
+
+// ResetPlan brings a plan back to work. Soft: every DONE, FAILED, SKIPPED or CANCELLED
+// task returns to PENDING with a RESET event (attempts, errors and leases cleared) and the
+// plan becomes ACTIVE; running tasks are left alone. Hard: the plan's rows are deleted; the
+// audit log keeps its events and gains plan.deleted.
+func (s *Store) ResetPlan(ctx context.Context, planID string, hard bool) (ResetResult, error) {
+	res := ResetResult{PlanID: planID, Hard: hard}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var status string
+		if err := tx.QueryRow(ctx, `SELECT status FROM plans WHERE id = $1 FOR UPDATE`, planID).Scan(&status); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("plan %s: %w", planID, ErrNotFound)
+			}
+			return fmt.Errorf("lock plan %s: %w", planID, err)
+		}
+		if hard {
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE plan_id = $1`, planID).Scan(&res.Deleted); err != nil {
+				return fmt.Errorf("count tasks of plan %s: %w", planID, err)
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM plans WHERE id = $1`, planID); err != nil {
+				return fmt.Errorf("delete plan %s: %w", planID, err)
+			}
+			return insertEvent(ctx, tx, planID, "", EventPlanDeleted, map[string]any{"tasks": res.Deleted, "status": status}, nil)
+		}
+		err := tx.QueryRow(ctx, `
+			WITH r AS (
+				UPDATE tasks SET status = 'PENDING', attempts = 0, not_before = NULL, lease_id = NULL,
+				       lease_expires_at = NULL, claimed_by = NULL, last_error = NULL, result = NULL,
+				       version = version + 1, updated_at = now()
+				FROM (SELECT id AS tid, status AS old FROM tasks
+				      WHERE plan_id = $1 AND status IN ('DONE', 'FAILED', 'SKIPPED', 'CANCELLED') FOR UPDATE) o
+				WHERE plan_id = $1 AND id = o.tid AND tasks.status = o.old
+				RETURNING id, ord, o.old
+			), ev AS (
+				INSERT INTO events (plan_id, task_id, type, payload)
+				SELECT $1, id, 'RESET', jsonb_build_object('from', old, 'to', 'PENDING') FROM r ORDER BY ord
+				RETURNING 1
+			)
+			SELECT count(*) FROM ev`, planID).Scan(&res.Reset)
+		if err != nil {
+			return fmt.Errorf("reset tasks of plan %s: %w", planID, err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'ACTIVE', pause_reason = NULL, updated_at = now()
+			WHERE id = $1 AND status <> 'ACTIVE'`, planID); err != nil {
+			return fmt.Errorf("reactivate plan %s: %w", planID, err)
+		}
+		return insertEvent(ctx, tx, planID, "", EventPlanReset, map[string]any{"tasks_reset": res.Reset, "from": status}, nil)
+	})
+	if err != nil {
+		return ResetResult{}, err
+	}
+	return res, nil
+}
+
+// SetBudget sets a plan's budget cap (nil = unlimited) and writes plan.budget_raised. A
+// plan paused on budget that the new cap covers resumes (ACTIVE).
+func (s *Store) SetBudget(ctx context.Context, planID string, budget *plan.USD) (PlanInfo, error) {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var old *int64
+		var status, reason string
+		var spent int64
+		err := tx.QueryRow(ctx, `SELECT (budget_usd * 1000000)::bigint, (spent_usd * 1000000)::bigint, status,
+			coalesce(pause_reason, '') FROM plans WHERE id = $1 FOR UPDATE`, planID).Scan(&old, &spent, &status, &reason)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("plan %s: %w", planID, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("lock plan %s: %w", planID, err)
+		}
+		resume := status == string(plan.PlanPaused) && reason == "budget" && !plan.Exhausted(budget, plan.USD(spent))
+		if _, err := tx.Exec(ctx, `UPDATE plans SET budget_usd = $2::numeric, updated_at = now(),
+			status = CASE WHEN $3 THEN 'ACTIVE' ELSE status END,
+			pause_reason = CASE WHEN $3 THEN NULL ELSE pause_reason END
+			WHERE id = $1`, planID, usdParam(budget), resume); err != nil {
+			return fmt.Errorf("set budget of plan %s: %w", planID, err)
+		}
+		var oldUSD *plan.USD
+		if old != nil {
+			o := plan.USD(*old)
+			oldUSD = &o
+		}
+		payload := map[string]any{"from": usdParam(oldUSD), "to": usdParam(budget), "spent_usd": plan.USD(spent).String(), "resumed": resume}
+		return insertEvent(ctx, tx, planID, "", EventPlanBudgetRaised, payload, nil)
+	})
+	if err != nil {
+		return PlanInfo{}, err
+	}
+	return s.GetPlan(ctx, planID)
+}

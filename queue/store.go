@@ -1,0 +1,176 @@
+// Package queue is whilly's Postgres store: plans, tasks, workers, tokens and the
+// append-only event log, and the SQL that moves tasks through their lifecycle (import,
+// gate, claim, leases, transitions, budget). Every state change writes its event in the
+// same transaction. It speaks in the types of package plan and must not import the HTTP,
+// GitHub or CLI layers.
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/whilly-go/whilly/plan"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrNotFound: the plan, task, worker or token does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the row exists but is not in a state that allows the change.
+	ErrConflict = errors.New("conflict")
+)
+
+// Config tunes the store. Zero values take the defaults.
+type Config struct {
+	LeaseTTL    time.Duration // default 60 s
+	BackoffBase time.Duration // default 10 s
+	BackoffMax  time.Duration // default 10 min
+}
+
+func (c Config) withDefaults() Config {
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 60 * time.Second
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = 10 * time.Second
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 10 * time.Minute
+	}
+	return c
+}
+
+// Store is the Postgres-backed state of whilly. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	cfg  Config
+}
+
+// NewStore returns a Store over pool.
+func NewStore(pool *pgxpool.Pool, log *slog.Logger, cfg Config) *Store {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{pool: pool, log: log, cfg: cfg.withDefaults()}
+}
+
+// Pool returns the connection pool the store uses.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Config returns the store's effective configuration.
+func (s *Store) Config() Config { return s.cfg }
+
+// inTx runs fn in a transaction, committing when it returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// Event is one row of the audit log.
+type Event struct {
+	ID        int64           `json:"id"`
+	PlanID    string          `json:"plan_id"`
+	TaskID    string          `json:"task_id,omitempty"`
+	Type      string          `json:"type"`
+	Payload   json.RawMessage `json:"payload"`
+	Detail    json.RawMessage `json:"detail"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// Event types written by the store. They are persisted: never rename one.
+const (
+	EventPlanCreated        = "plan.created"
+	EventPlanApplied        = "plan.applied"
+	EventPlanDeleted        = "plan.deleted"
+	EventPlanReset          = "plan.reset"
+	EventPlanBudgetRaised   = "plan.budget_raised"
+	EventPlanBudgetExceeded = "plan.budget_exceeded"
+	EventPlanDone           = "plan.done"
+	EventPlanFailed         = "plan.failed"
+	EventPlanCancelled      = "plan.cancelled"
+	EventTaskCreated        = "task.created"
+	EventTaskSkipped        = "task.skipped"
+)
+
+// insertEvent appends one event inside tx. payload and detail are marshalled to JSON;
+// nil becomes {}.
+func insertEvent(ctx context.Context, tx pgx.Tx, planID, taskID, typ string, payload, detail any) error {
+	p, err := jsonObject(payload)
+	if err != nil {
+		return fmt.Errorf("encode %s payload: %w", typ, err)
+	}
+	d, err := jsonObject(detail)
+	if err != nil {
+		return fmt.Errorf("encode %s detail: %w", typ, err)
+	}
+	_, err = tx.Exec(ctx,
+		`INSERT INTO events (plan_id, task_id, type, payload, detail) VALUES ($1, NULLIF($2, ''), $3, $4, $5)`,
+		planID, taskID, typ, p, d)
+	if err != nil {
+		return fmt.Errorf("insert %s event: %w", typ, err)
+	}
+	return nil
+}
+
+func jsonObject(v any) ([]byte, error) {
+	if v == nil {
+		return []byte("{}"), nil
+	}
+	return json.Marshal(v)
+}
+
+// EventFilter selects events: those after the id After, of one plan when PlanID is set.
+type EventFilter struct {
+	PlanID string
+	After  int64
+	Limit  int // default 100, at most 1000
+}
+
+// Events returns events in id order.
+func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	f.Limit = min(f.Limit, 1000)
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, coalesce(plan_id, ''), coalesce(task_id, ''), type, payload, detail, created_at
+		FROM events
+		WHERE id > $1 AND ($2 = '' OR plan_id = $2)
+		ORDER BY id
+		LIMIT $3`, f.After, f.PlanID, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		err := r.Scan(&e.ID, &e.PlanID, &e.TaskID, &e.Type, &e.Payload, &e.Detail, &e.CreatedAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return evs, nil
+}
+
+// usdParam converts an amount to the numeric text Postgres stores exactly.
+func usdParam(u *plan.USD) *string {
+	if u == nil {
+		return nil
+	}
+	s := u.String()
+	return &s
+}
+
+// isUniqueViolation reports whether err is a unique-constraint violation.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
