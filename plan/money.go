@@ -38,7 +38,7 @@ func ParseUSD(s string) (USD, error) {
 
 func parseDecimal(s string) (USD, error) {
 	if s == "" {
-		return 0, errors.New("empty amount")
+		return 0, errors.New("is empty")
 	}
 	if s[0] == '-' {
 		return 0, errors.New("must not be negative")
@@ -49,7 +49,7 @@ func parseDecimal(s string) (USD, error) {
 	}
 	intPart, fracPart, _ := strings.Cut(mant, ".")
 	if (intPart == "" && fracPart == "") || !allDigits(intPart) || !allDigits(fracPart) {
-		return 0, errors.New("not a decimal number")
+		return 0, errors.New("is not a decimal number")
 	}
 	e := 0
 	if hasExp {
@@ -72,13 +72,13 @@ func scaleDigits(digits string, shift int) (USD, error) {
 	if shift < 0 {
 		cut := len(digits) + shift
 		if cut < 0 || strings.Trim(digits[max(cut, 0):], "0") != "" {
-			return 0, errors.New("more than 6 decimal places")
+			return 0, errors.New("has more than 6 decimal places")
 		}
 		digits, shift = digits[:cut], 0
 	}
 	// MaxInt64 has 19 digits: anything longer overflows, and the loop below checks the rest.
 	if len(digits)+shift > 19 {
-		return 0, errors.New("amount too large")
+		return 0, errors.New("is too large")
 	}
 	var v uint64
 	for i := range len(digits) + shift {
@@ -87,7 +87,7 @@ func scaleDigits(digits string, shift int) (USD, error) {
 			d = uint64(digits[i] - '0')
 		}
 		if v > (math.MaxInt64-d)/10 {
-			return 0, errors.New("amount too large")
+			return 0, errors.New("is too large")
 		}
 		v = v*10 + d
 	}
@@ -101,7 +101,7 @@ func parseExponent(s string) (int, error) {
 		s = s[1:]
 	}
 	if s == "" || !allDigits(s) {
-		return 0, errors.New("not a decimal number")
+		return 0, errors.New("is not a decimal number")
 	}
 	v := 0
 	for i := 0; i < len(s); i++ {
@@ -133,6 +133,8 @@ func USDFromFloat(f float64) (USD, error) {
 		return 0, fmt.Errorf("convert amount %v: not a finite number", f)
 	case f < 0:
 		return 0, fmt.Errorf("convert amount %v: must not be negative", f)
+	case f == 0: // -0 included, which would format with a sign
+		return 0, nil
 	}
 	s := strconv.FormatFloat(f, 'f', -1, 64)
 	intPart, fracPart, _ := strings.Cut(s, ".")
@@ -144,7 +146,7 @@ func USDFromFloat(f float64) (USD, error) {
 	u, err := scaleDigits(intPart+fracPart, 0)
 	if err == nil && roundUp {
 		if u == math.MaxInt64 {
-			err = errors.New("amount too large")
+			err = errors.New("is too large")
 		}
 		u++
 	}

@@ -1,7 +1,8 @@
 // Package plan is whilly's domain: plans, tasks, their statuses and the task state
 // machine, dependency checks, the decision gate, exact budget arithmetic and the plan-file
-// codec. It is pure: it imports only the standard library and does no I/O, so every rule
-// here can be table-tested and reused by the store, the control plane and the CLI alike.
+// codec. It is pure: it imports only the standard library (never another whilly package,
+// pgx, River, chi or go-github) and does no I/O, so every rule here can be table-tested
+// and reused by the store, the control plane, the worker and the CLI alike.
 package plan
 
 import (

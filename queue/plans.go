@@ -90,9 +90,11 @@ const importBatch = 2000
 
 // Import writes p in one transaction. It is idempotent: an existing plan keeps its row,
 // existing tasks are left as they are, and only new tasks get inserted with a
-// task.created event. p must be valid (plan.Validate); nothing is written otherwise.
+// task.created event. p is normalised (plan.Normalize) and must then be valid
+// (plan.Validate); nothing is written otherwise.
 func (s *Store) Import(ctx context.Context, p *plan.Plan, opts ImportOptions) (ImportResult, error) {
 	var res ImportResult
+	plan.Normalize(p)
 	if err := plan.Validate(p); err != nil {
 		return res, err
 	}
@@ -173,25 +175,16 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// insertTasks inserts a batch with one statement; existing (plan_id, id) rows are kept.
+// insertTasks inserts a batch of normalised tasks with one statement; existing (plan_id, id) rows are kept.
 // Each inserted row gets its task.created event in the same statement.
 func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks []plan.Task) (int, error) {
 	rows := make([]taskRow, len(tasks))
 	for i, t := range tasks {
 		v := plan.Gate(t)
-		maxAttempts := t.MaxAttempts
-		if maxAttempts <= 0 {
-			maxAttempts = plan.DefaultMaxAttempts
-		}
-		status := t.Status
-		if status == "" {
-			status = plan.StatusPending
-		}
 		rows[i] = taskRow{
-			ID: t.ID, Ord: ord + i, Status: status, Priority: t.Priority, Description: t.Description,
-			Dependencies: nonNil(t.Dependencies), KeyFiles: nonNil(t.KeyFiles),
-			AcceptanceCriteria: nonNil(t.AcceptanceCriteria), TestSteps: nonNil(t.TestSteps),
-			PRDRequirement: t.PRDRequirement, Labels: nonNil(t.Labels), MaxAttempts: maxAttempts,
+			ID: t.ID, Ord: ord + i, Status: t.Status, Priority: t.Priority, Description: t.Description,
+			Dependencies: t.Dependencies, KeyFiles: t.KeyFiles, AcceptanceCriteria: t.AcceptanceCriteria,
+			TestSteps: t.TestSteps, PRDRequirement: t.PRDRequirement, Labels: t.Labels, MaxAttempts: t.MaxAttempts,
 			GateVerdict: v.Decision, GateReasons: v.Reasons,
 		}
 		if rows[i].GateReasons == nil {
@@ -278,6 +271,7 @@ func (v TaskVerdict) MarshalJSON() ([]byte, error) {
 // claim. One plan.applied event records the counts. All of it is one transaction.
 func (s *Store) Apply(ctx context.Context, p *plan.Plan, strict bool, opts ImportOptions) (ApplyResult, error) {
 	res := ApplyResult{Strict: strict}
+	plan.Normalize(p)
 	if err := plan.Validate(p); err != nil {
 		return res, err
 	}
@@ -364,12 +358,19 @@ func (s *Store) CreatePlan(ctx context.Context, id, name string, budget *plan.US
 	return s.GetPlan(ctx, id)
 }
 
-const planColumns = `p.id, p.name, p.status, coalesce(p.pause_reason, ''),
+const planBaseColumns = `p.id, p.name, p.status, coalesce(p.pause_reason, ''),
 	(p.budget_usd * 1000000)::bigint, (p.spent_usd * 1000000)::bigint, p.strict, coalesce(p.repo, ''),
 	coalesce(p.github_issue_ref, ''), coalesce(p.installation_id, 0), coalesce(p.status_comment_id, 0),
-	p.verify, p.created_at, p.updated_at,
+	p.verify, p.created_at, p.updated_at`
+
+// planColumns reads a plan with its task counts by status; planColumnsNoCounts skips the
+// counts for hot paths such as a claim.
+const (
+	planColumns = planBaseColumns + `,
 	coalesce((SELECT jsonb_object_agg(status, n) FROM (
 		SELECT status, count(*) AS n FROM tasks t WHERE t.plan_id = p.id GROUP BY status) c), '{}')`
+	planColumnsNoCounts = planBaseColumns + `, '{}'::jsonb`
+)
 
 func scanPlan(row pgx.Row) (PlanInfo, error) {
 	var (
@@ -446,15 +447,19 @@ const taskColumns = `plan_id, id, status, priority, description, dependencies, k
 	coalesce(lease_id::text, ''), lease_expires_at, coalesce(claimed_by, ''), version,
 	(cost_usd * 1000000)::bigint, coalesce(last_error, ''), coalesce(result, ''), created_at, updated_at`
 
-func scanTask(row pgx.Row) (TaskInfo, error) {
+func scanTask(row pgx.Row) (TaskInfo, error) { return scanTaskExtra(row) }
+
+// scanTaskExtra scans taskColumns followed by extra columns into extra.
+func scanTaskExtra(row pgx.Row, extra ...any) (TaskInfo, error) {
 	var (
 		t    TaskInfo
 		cost int64
 	)
-	err := row.Scan(&t.PlanID, &t.ID, &t.Status, &t.Priority, &t.Description, &t.Dependencies, &t.KeyFiles,
+	dest := []any{&t.PlanID, &t.ID, &t.Status, &t.Priority, &t.Description, &t.Dependencies, &t.KeyFiles,
 		&t.AcceptanceCriteria, &t.TestSteps, &t.PRDRequirement, &t.Labels, &t.Gate.Decision, &t.Gate.Reasons,
 		&t.Attempts, &t.MaxAttempts, &t.NotBefore, &t.LeaseID, &t.LeaseExpiresAt, &t.ClaimedBy, &t.Version,
-		&cost, &t.LastError, &t.Result, &t.CreatedAt, &t.UpdatedAt)
+		&cost, &t.LastError, &t.Result, &t.CreatedAt, &t.UpdatedAt}
+	err := row.Scan(append(dest, extra...)...)
 	t.Cost = plan.USD(cost)
 	return t, err
 }

@@ -1,0 +1,123 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// River job kinds. They are persisted: never rename one.
+const (
+	KindReapLeases   = "whilly.reap_leases"
+	KindSweepWorkers = "whilly.sweep_workers"
+)
+
+// ReapLeasesArgs is the periodic lease reaper.
+type ReapLeasesArgs struct{}
+
+// Kind implements river.JobArgs.
+func (ReapLeasesArgs) Kind() string { return KindReapLeases }
+
+// SweepWorkersArgs is the periodic offline-worker sweep.
+type SweepWorkersArgs struct{}
+
+// Kind implements river.JobArgs.
+func (SweepWorkersArgs) Kind() string { return KindSweepWorkers }
+
+type reapWorker struct {
+	river.WorkerDefaults[ReapLeasesArgs]
+	store *Store
+	log   *slog.Logger
+}
+
+func (w *reapWorker) Work(ctx context.Context, _ *river.Job[ReapLeasesArgs]) error {
+	n, err := w.store.ReapExpiredLeases(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.log.InfoContext(ctx, "expired leases returned to the queue", "tasks", n)
+	}
+	return nil
+}
+
+type sweepWorker struct {
+	river.WorkerDefaults[SweepWorkersArgs]
+	store   *Store
+	log     *slog.Logger
+	offline time.Duration
+}
+
+func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepWorkersArgs]) error {
+	n, err := w.store.MarkOfflineWorkers(ctx, w.offline)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.log.InfoContext(ctx, "workers marked offline", "workers", n)
+	}
+	return nil
+}
+
+// JobsConfig tunes the background jobs.
+type JobsConfig struct {
+	// ReapInterval is how often expired leases are looked for; default a quarter of the
+	// lease TTL, between 1 s and 15 s.
+	ReapInterval time.Duration
+	// OfflineAfter marks workers silent this long offline; default 3 lease TTLs.
+	OfflineAfter time.Duration
+	// Register adds more job workers and periodic jobs (GitHub mirroring, intake …).
+	Register func(*river.Workers) []*river.PeriodicJob
+}
+
+// NewRiver builds the control plane's River client with whilly's job workers and
+// periodic jobs. River elects one leader among all replicas to enqueue periodic jobs, so
+// any number of control planes may run it.
+func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx.Tx], error) {
+	ttl := store.cfg.LeaseTTL
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = min(max(ttl/4, time.Second), 15*time.Second)
+	}
+	if cfg.OfflineAfter <= 0 {
+		cfg.OfflineAfter = 3 * ttl
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &reapWorker{store: store, log: log}); err != nil {
+		return nil, fmt.Errorf("add lease reaper: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &sweepWorker{store: store, log: log, offline: cfg.OfflineAfter}); err != nil {
+		return nil, fmt.Errorf("add worker sweep: %w", err)
+	}
+	periodic := []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(cfg.ReapInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return ReapLeasesArgs{}, uniqueFor(cfg.ReapInterval) },
+			&river.PeriodicJobOpts{ID: KindReapLeases, RunOnStart: true}),
+		river.NewPeriodicJob(river.PeriodicInterval(cfg.OfflineAfter/3),
+			func() (river.JobArgs, *river.InsertOpts) { return SweepWorkersArgs{}, uniqueFor(cfg.OfflineAfter / 3) },
+			&river.PeriodicJobOpts{ID: KindSweepWorkers, RunOnStart: true}),
+	}
+	if cfg.Register != nil {
+		periodic = append(periodic, cfg.Register(workers)...)
+	}
+	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{
+		Logger:       log,
+		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
+		Workers:      workers,
+		PeriodicJobs: periodic,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create river client: %w", err)
+	}
+	return client, nil
+}
+
+// uniqueFor keeps at most one pending periodic job per period, however many leaders
+// came and went.
+func uniqueFor(period time.Duration) *river.InsertOpts {
+	return &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: max(period, time.Second)}}
+}

@@ -1,0 +1,108 @@
+package queue
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/whilly-go/whilly/plan"
+)
+
+// More sentinel errors of the worker protocol.
+var (
+	// ErrLeaseLost: the caller does not hold the task's current lease (expired, reclaimed,
+	// cancelled, or another worker's). Nothing was changed. HTTP 409.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrUnauthorized: the token is unknown, revoked or expired. HTTP 401.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrInvalid: the request is malformed (negative cost, empty reason…). HTTP 400.
+	ErrInvalid = errors.New("invalid request")
+)
+
+// Lease identifies a claimed task and the worker that presents the lease.
+type Lease struct {
+	PlanID   string
+	TaskID   string
+	LeaseID  string
+	WorkerID string
+}
+
+// ClaimRequest asks for the next claimable task, of one plan when PlanID is set.
+type ClaimRequest struct {
+	WorkerID string
+	PlanID   string
+	Labels   []string // the worker's labels; a task's labels must be among them
+}
+
+// LeaseInfo is the lease a claim grants.
+type LeaseInfo struct {
+	ID        string    `json:"id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Claim is a claimed task with its lease and plan.
+type Claim struct {
+	Task  TaskInfo  `json:"task"`
+	Lease LeaseInfo `json:"lease"`
+	Plan  PlanInfo  `json:"plan"`
+}
+
+// CompleteInput is what a worker reports on success.
+type CompleteInput struct {
+	Cost   plan.USD
+	Result string
+}
+
+// FailInput is what a worker reports on failure. Retryable nil means true.
+type FailInput struct {
+	Cost      plan.USD
+	Reason    string
+	Retryable *bool
+	Detail    json.RawMessage
+}
+
+// CancelNotice tells a worker to stop working on a task it holds.
+type CancelNotice struct {
+	PlanID string `json:"plan_id"`
+	TaskID string `json:"task_id"`
+	Reason string `json:"reason"` // cancelled, lease_lost
+}
+
+// HeartbeatResult extends the worker's leases and lists tasks it must abandon.
+type HeartbeatResult struct {
+	LeaseExpiresAt time.Time      `json:"lease_expires_at"`
+	Cancel         []CancelNotice `json:"cancel"`
+}
+
+// Worker is a registered worker.
+type Worker struct {
+	ID            string     `json:"id"`
+	Hostname      string     `json:"hostname"`
+	Labels        []string   `json:"labels"`
+	Status        string     `json:"status"`
+	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
+	RegisteredAt  time.Time  `json:"registered_at"`
+	RevokedAt     *time.Time `json:"revoked_at,omitempty"`
+}
+
+// APIToken is an admin or read token (the secret itself is never stored).
+type APIToken struct {
+	Prefix    string     `json:"prefix"`
+	Owner     string     `json:"owner"`
+	Admin     bool       `json:"admin"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Transition event types of the task lifecycle (the plan.Transition names).
+const (
+	EventClaim    = "CLAIM"
+	EventStart    = "START"
+	EventComplete = "COMPLETE"
+	EventFail     = "FAIL"
+	EventRetry    = "RETRY"
+	EventRelease  = "RELEASE"
+	EventCancel   = "CANCEL"
+	EventReset    = "RESET"
+)
