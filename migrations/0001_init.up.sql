@@ -93,28 +93,35 @@ BEGIN
 END;
 $$;
 
-CREATE TRIGGER events_append_only_row
+-- Per statement, so even an UPDATE or DELETE that matches no row is refused.
+CREATE TRIGGER events_append_only
     BEFORE UPDATE OR DELETE ON events
-    FOR EACH ROW EXECUTE FUNCTION whilly_events_append_only();
+    FOR EACH STATEMENT EXECUTE FUNCTION whilly_events_append_only();
 
 CREATE TRIGGER events_append_only_truncate
     BEFORE TRUNCATE ON events
     FOR EACH STATEMENT EXECUTE FUNCTION whilly_events_append_only();
 
 -- Every event wakes listeners (SSE, long-polling claims) through the database, never
--- through process memory, so any number of control-plane replicas see it.
+-- through process memory, so any number of control-plane replicas see it. One NOTIFY per
+-- statement and (plan, type): a 10,000-task import sends one, not 10,000. id is the
+-- highest event id of the group; task_id is set when the group holds one event.
 CREATE FUNCTION whilly_events_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('whilly_events',
-        json_build_object('id', NEW.id, 'plan_id', NEW.plan_id, 'task_id', NEW.task_id, 'type', NEW.type)::text);
+    PERFORM pg_notify('whilly_events', json_build_object(
+        'id', max(id), 'plan_id', plan_id, 'type', type, 'count', count(*),
+        'task_id', CASE WHEN count(*) = 1 THEN min(task_id) END)::text)
+    FROM new_events
+    GROUP BY plan_id, type;
     RETURN NULL;
 END;
 $$;
 
 CREATE TRIGGER events_notify
     AFTER INSERT ON events
-    FOR EACH ROW EXECUTE FUNCTION whilly_events_notify();
+    REFERENCING NEW TABLE AS new_events
+    FOR EACH STATEMENT EXECUTE FUNCTION whilly_events_notify();
 
 CREATE TABLE webhook_deliveries (
     delivery_id     text        PRIMARY KEY,

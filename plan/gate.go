@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -120,21 +121,25 @@ func blank(list []string) bool {
 // separator (newline ; & |) unless the pipe is the point, so "curl x; ls | sh" is not a
 // piped download. Patterns are deliberately narrow: rm -rf on a build directory, or dd
 // onto /dev/null, is ordinary work.
+// Each pattern has hints, words one of which must appear (in lower case) before the
+// regexp runs at all: most text holds none, and the gate runs on every imported task.
 var destructive = []struct {
+	hints    []string
 	re       *regexp.Regexp
 	harmless func(match []string) bool // nil: every match counts
 }{
 	// rm with a recursive flag, on /, /*, ~, ~/, ~/* or *.
-	{re: regexp.MustCompile(`\brm(?:\s+-{1,2}[A-Za-z-]+)*\s+(?:-[A-Za-z]*[rR][A-Za-z]*|--recursive)(?:\s+-{1,2}[A-Za-z-]+)*\s+(?:/\*?|~/?\*?|\*)(?:$|[\s;&|)'"` + "`" + `])`)},
+	{hints: []string{"rm"}, re: regexp.MustCompile(`\brm(?:\s+-{1,2}[A-Za-z-]+)*\s+(?:-[A-Za-z]*[rR][A-Za-z]*|--recursive)(?:\s+-{1,2}[A-Za-z-]+)*\s+(?:/\*?|~/?\*?|\*)(?:$|[\s;&|)'"` + "`" + `])`)},
 	// git push with --force or a short flag cluster holding f; --force-with-lease is the
 	// safe form and passes.
-	{re: regexp.MustCompile(`\bgit\s+push\b[^\n;&|]*?\s(?:--force|-[A-Za-z]*f[A-Za-z]*)(?:$|[\s;&|])`)},
+	{hints: []string{"push"}, re: regexp.MustCompile(`\bgit\s+push\b[^\n;&|]*?\s(?:--force|-[A-Za-z]*f[A-Za-z]*)(?:$|[\s;&|])`)},
 	// a download piped into a shell.
-	{re: regexp.MustCompile(`\b(?:curl|wget)\b[^\n;&|]*\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:ba|z|k|da|fi)?sh\b`)},
-	{re: regexp.MustCompile(`\bmkfs(?:\.[A-Za-z0-9]+)?\b`)},
+	{hints: []string{"curl", "wget"}, re: regexp.MustCompile(`\b(?:curl|wget)\b[^\n;&|]*\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:ba|z|k|da|fi)?sh\b`)},
+	{hints: []string{"mkfs"}, re: regexp.MustCompile(`\bmkfs(?:\.[A-Za-z0-9]+)?\b`)},
 	// dd writing to a device, unless it is a pseudo-device.
 	{
-		re: regexp.MustCompile(`\bdd\b[^\n;&|]*\bof=/dev/(\S+)`),
+		hints: []string{"dd"},
+		re:    regexp.MustCompile(`\bdd\b[^\n;&|]*\bof=/dev/(\S+)`),
 		harmless: func(m []string) bool {
 			for _, p := range []string{"null", "zero", "stdout", "stderr", "fd/", "tty"} {
 				if strings.HasPrefix(m[1], p) {
@@ -144,7 +149,7 @@ var destructive = []struct {
 			return false
 		},
 	},
-	{re: regexp.MustCompile(`(?i)\bdrop\s+database\b`)},
+	{hints: []string{"drop"}, re: regexp.MustCompile(`(?i)\bdrop\s+database\b`)},
 }
 
 type finding struct{ where, text string }
@@ -169,7 +174,11 @@ func findDestructive(t Task) []finding {
 	var out []finding
 	seen := make(map[string]bool)
 	for _, f := range fields {
+		lower := strings.ToLower(f.text)
 		for _, d := range destructive {
+			if !slices.ContainsFunc(d.hints, func(h string) bool { return strings.Contains(lower, h) }) {
+				continue
+			}
 			for _, sub := range d.re.FindAllStringSubmatch(f.text, -1) {
 				if d.harmless != nil && d.harmless(sub) {
 					continue
