@@ -25,8 +25,11 @@ lint: ## gofmt, go vet and golangci-lint
 bench: ## Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
-demo: build ## run the demo plan on the embedded database
-	./$(BIN)/whilly plan apply examples/demo/tasks.json
+demo: build ## run the demo plan end to end on the embedded database (sim agent, 2 workers)
+	@./$(BIN)/whilly plan reset demo --hard --yes >/dev/null 2>&1 || true
+	./$(BIN)/whilly plan apply --strict examples/demo/tasks.json
+	./$(BIN)/whilly plan show demo
+	./$(BIN)/whilly run --plan demo --workers 2 --agent sim
 	./$(BIN)/whilly plan show demo
 
 clean: ## remove build output

@@ -137,6 +137,10 @@ Exit codes: 0 success, 1 validation or operation error, 2 environment or configu
 		a.planCommand(),
 		a.migrateCommand(),
 		a.dbCommand(),
+		a.serveCommand(),
+		a.adminCommand(),
+		a.workerCommand(),
+		a.runCommand(),
 	)
 	return root
 }

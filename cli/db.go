@@ -66,11 +66,21 @@ func (a *app) openStore(ctx context.Context) (*queue.Store, func(), error) {
 		pool.Close()
 		return nil, nil, envf("migrate the database: %w", err)
 	}
-	return queue.NewStore(pool, a.log, a.queueConfig()), pool.Close, nil
+	cfg, err := a.queueConfig()
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return queue.NewStore(pool, a.log, cfg), pool.Close, nil
 }
 
-func (a *app) queueConfig() queue.Config {
-	return queue.Config{}
+// queueConfig reads the queue tuning variables.
+func (a *app) queueConfig() (queue.Config, error) {
+	ttl, err := a.envDuration("WHILLY_LEASE_TTL", 60*time.Second)
+	if err != nil {
+		return queue.Config{}, err
+	}
+	return queue.Config{LeaseTTL: ttl}, nil
 }
 
 // printf writes to stdout; write errors on a terminal are not actionable.

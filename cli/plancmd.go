@@ -31,7 +31,7 @@ A plan file is JSON: {"plan_id", "project", "budget_usd", "tasks": [{"id", "prio
 See the README for the whole format.`,
 	}
 	cmd.AddCommand(a.planImport(), a.planApply(), a.planCreate(), a.planExport(), a.planShow(),
-		a.planList(), a.planReset(), a.planBudget())
+		a.planList(), a.planReset(), a.planBudget(), a.planCancel(), a.planTriz())
 	return cmd
 }
 
@@ -425,4 +425,22 @@ func (a *app) withStore(ctx context.Context, fn func(*queue.Store) error) error 
 	}
 	defer closeDB()
 	return storeErr(fn(st))
+}
+
+func (a *app) planCancel() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a plan and every open task (workers holding one stop at their next heartbeat)",
+		Args:  exactArgs(1, "one plan id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				n, err := st.CancelPlan(cmd.Context(), args[0], "cancelled from the CLI")
+				if err != nil {
+					return err
+				}
+				a.printf("plan %s cancelled: %d open tasks cancelled\n", args[0], n)
+				return nil
+			})
+		},
+	}
 }

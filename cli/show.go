@@ -45,7 +45,7 @@ func (s styles) paint(color, text string) string {
 
 func statusColor(st string) string {
 	switch st {
-	case string(plan.StatusDone), string(plan.PlanDone), string(plan.DecisionAllow):
+	case string(plan.StatusDone), string(plan.DecisionAllow):
 		return "2" // green
 	case string(plan.StatusFailed), string(plan.DecisionReject):
 		return "1" // red
@@ -147,7 +147,7 @@ func (a *app) renderPlan(s styles, pi queue.PlanInfo, tasks []queue.TaskInfo) {
 		if depth == 0 {
 			branch, next = "", ""
 		}
-		line := fmt.Sprintf("%s %s%s  %s", s.badge(t.Status), prefix, branch, t.ID)
+		line := fmt.Sprintf("%s %s%s%s", s.badge(t.Status), prefix, branch, t.ID)
 		if len(t.Dependencies) > 1 {
 			line += "  ← " + strings.Join(t.Dependencies[1:], ", ")
 		}

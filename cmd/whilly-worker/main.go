@@ -4,22 +4,17 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/whilly-go/whilly/worker"
 )
 
-const usage = `whilly-worker --connect URL --token T [--plan ID] [--agent NAME] [--once | --drain] [--insecure]
-
-The remote worker of whilly. It is not built yet: this binary only prints its usage.
-Run plans locally with 'whilly run --plan ID' once available.
-`
-
 func main() {
-	fmt.Fprint(os.Stderr, usage)
-	for _, a := range os.Args[1:] {
-		if a == "-h" || a == "--help" {
-			os.Exit(0)
-		}
-	}
-	os.Exit(2)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := worker.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
 }

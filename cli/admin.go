@@ -1,0 +1,217 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/queue"
+)
+
+func (a *app) adminCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "admin", Short: "Administer API tokens"}
+	token := &cobra.Command{Use: "token", Short: "Mint, list and revoke API tokens (admin or read-only)"}
+
+	var owner, expires string
+	var admin bool
+	mint := &cobra.Command{
+		Use:   "mint --owner EMAIL [--admin] [--expires 30d]",
+		Short: "Mint an API token and print it (alone, on stdout); it is shown only once",
+		Long: `Mint an API token. Read tokens may call every GET endpoint; admin tokens may also change
+plans and register workers (like the bootstrap token). Only the token's SHA-256 is stored.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if owner == "" {
+				return failf("admin token mint needs --owner (who the token is for)")
+			}
+			var exp *time.Time
+			if expires != "" {
+				d, err := parseExpiry(expires)
+				if err != nil {
+					return err
+				}
+				t := time.Now().Add(d)
+				exp = &t
+			}
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				tok, info, err := st.MintToken(cmd.Context(), owner, admin, exp)
+				if err != nil {
+					return err
+				}
+				a.printf("%s\n", tok)
+				fmt.Fprintf(a.io.Err, "minted %s token %s for %s\n", role(info.Admin), info.Prefix, info.Owner)
+				return nil
+			})
+		},
+	}
+	mint.Flags().StringVar(&owner, "owner", "", "who the token is for (e-mail or name)")
+	mint.Flags().BoolVar(&admin, "admin", false, "an admin token (default: read-only)")
+	mint.Flags().StringVar(&expires, "expires", "", "lifetime such as 30d or 12h (default: never expires)")
+
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List API tokens (prefixes, never secrets)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				ts, err := st.ListTokens(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.writeJSON(map[string]any{"tokens": ts})
+				}
+				tw := newTable(a.io.Out)
+				tw.row("PREFIX", "ROLE", "OWNER", "CREATED", "EXPIRES", "REVOKED")
+				for _, t := range ts {
+					tw.row(t.Prefix, role(t.Admin), t.Owner, stamp(&t.CreatedAt), stamp(t.ExpiresAt), stamp(t.RevokedAt))
+				}
+				return tw.flush()
+			})
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+
+	revoke := &cobra.Command{
+		Use:   "revoke PREFIX",
+		Short: "Revoke the token with this prefix (see 'admin token list')",
+		Args:  exactArgs(1, "one token prefix"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				if err := st.RevokeToken(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				a.printf("token %s revoked\n", args[0])
+				return nil
+			})
+		},
+	}
+	token.AddCommand(mint, list, revoke)
+	cmd.AddCommand(token)
+	return cmd
+}
+
+func role(admin bool) string {
+	if admin {
+		return "admin"
+	}
+	return "read"
+}
+
+func stamp(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04")
+}
+
+func (a *app) workerCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "worker", Short: "Register, list and revoke workers"}
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List workers with their status and last heartbeat",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				ws, err := st.ListWorkers(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.writeJSON(map[string]any{"workers": ws})
+				}
+				if len(ws) == 0 {
+					a.printf("no workers registered yet\n")
+					return nil
+				}
+				tw := newTable(a.io.Out)
+				tw.row("WORKER", "STATUS", "HOST", "LABELS", "LAST HEARTBEAT", "REGISTERED")
+				for _, w := range ws {
+					tw.row(w.ID, w.Status, w.Hostname, fmt.Sprint(w.Labels), stamp(w.LastHeartbeat), stamp(&w.RegisteredAt))
+				}
+				return tw.flush()
+			})
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	revoke := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke a worker's token and release its tasks at once",
+		Args:  exactArgs(1, "one worker id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				n, err := st.RevokeWorker(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				a.printf("worker %s revoked; %d tasks released\n", args[0], n)
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(a.workerRegister(), list, revoke)
+	return cmd
+}
+
+func (a *app) workerRegister() *cobra.Command {
+	var connect, bootstrap, labels string
+	var insecure, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "register --connect URL --bootstrap-token T [--labels a,b]",
+		Short: "Register a worker with a control plane and print its id and token",
+		Long: `Register a worker with a control plane and print "worker_id: ID" and "token: TOKEN".
+The token is shown only once: give it to whilly-worker as WHILLY_WORKER_TOKEN.
+The bootstrap token may also come from WHILLY_BOOTSTRAP_TOKEN (safer than a flag).`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if connect == "" {
+				connect = a.env("WHILLY_CONTROL_URL")
+			}
+			if bootstrap == "" {
+				bootstrap = a.env("WHILLY_BOOTSTRAP_TOKEN")
+			}
+			if connect == "" || bootstrap == "" {
+				return envf("worker register needs --connect URL and --bootstrap-token (or WHILLY_CONTROL_URL and WHILLY_BOOTSTRAP_TOKEN)")
+			}
+			api, err := client.New(connect, bootstrap, client.Options{Insecure: insecure})
+			if err != nil {
+				return envf("%v", err)
+			}
+			host, _ := os.Hostname()
+			res, err := api.Register(cmd.Context(), client.RegisterRequest{Hostname: host, Labels: splitComma(labels)})
+			if err != nil {
+				if client.StatusOf(err) == 0 {
+					return envf("cannot reach the control plane at %s: %v", connect, err)
+				}
+				return failf("register: %v", err)
+			}
+			if asJSON {
+				return a.writeJSON(res)
+			}
+			a.printf("worker_id: %s\ntoken: %s\n", res.WorkerID, res.Token)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&connect, "connect", "", "control plane URL (default $WHILLY_CONTROL_URL)")
+	cmd.Flags().StringVar(&bootstrap, "bootstrap-token", "", "bootstrap or admin token (default $WHILLY_BOOTSTRAP_TOKEN)")
+	cmd.Flags().StringVar(&labels, "labels", "", "comma-separated labels the worker offers (gpu, linux …)")
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "allow plain http:// to a non-loopback host")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+func splitComma(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

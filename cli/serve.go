@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/whilly-go/whilly/control"
+	"github.com/whilly-go/whilly/queue"
+)
+
+func (a *app) serveCommand() *cobra.Command {
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the control plane: worker API, events, metrics and background jobs",
+		Long: `Run the control plane against the configured database (WHILLY_DATABASE_URL, or the
+embedded cluster). It applies migrations under an advisory lock, starts River's background
+jobs (lease reaper, offline-worker sweep) and serves the HTTP API on WHILLY_LISTEN
+(default 127.0.0.1:8000). Any number of replicas may share one database.
+
+Environment: WHILLY_LISTEN, WHILLY_BOOTSTRAP_TOKEN (lets workers register),
+WHILLY_METRICS_TOKEN (protects /metrics), WHILLY_LEASE_TTL (default 60s).
+SIGTERM or SIGINT shuts down in order: HTTP, then background jobs, then the database pool.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if listen == "" {
+				listen = a.env("WHILLY_LISTEN")
+			}
+			if listen == "" {
+				listen = "127.0.0.1:8000"
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return envf("listen on %s: %w", listen, err)
+			}
+			st, closeDB, err := a.openStore(cmd.Context())
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			defer closeDB()
+			a.printf("whilly control plane listening on http://%s\n", ln.Addr())
+			return a.serve(cmd.Context(), st, ln)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "", "address to listen on (default $WHILLY_LISTEN or 127.0.0.1:8000)")
+	return cmd
+}
+
+// controlPlane is a running control plane: HTTP server, listener and River.
+type controlPlane struct {
+	srv    *http.Server
+	done   chan error
+	cancel context.CancelFunc
+	stop   func(context.Context) error
+}
+
+// startControlPlane starts the control plane on ln and returns at once; Shutdown stops
+// it in order. Used by `whilly serve` and `whilly run`.
+func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Listener) (*controlPlane, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	listener := queue.NewListener(st.Pool(), a.log)
+	go func() {
+		if err := listener.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			a.log.ErrorContext(ctx, "event listener stopped", "error", err)
+		}
+	}()
+	rc, err := queue.NewRiver(st, a.log, queue.JobsConfig{})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := rc.Start(ctx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("start background jobs: %w", err)
+	}
+	srv := control.New(st, listener, a.log, control.Config{
+		BootstrapToken: a.env("WHILLY_BOOTSTRAP_TOKEN"),
+		MetricsToken:   a.env("WHILLY_METRICS_TOKEN"),
+	})
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	cp := &controlPlane{srv: hs, done: make(chan error, 1), cancel: cancel, stop: rc.Stop}
+	go func() { cp.done <- hs.Serve(ln) }()
+	return cp, nil
+}
+
+// Shutdown stops accepting HTTP, lets requests in flight end, stops River, then the
+// listener. The caller closes the pool afterwards.
+func (cp *controlPlane) Shutdown(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	errHTTP := cp.srv.Shutdown(ctx)
+	errRiver := cp.stop(ctx)
+	cp.cancel()
+	return errors.Join(errHTTP, errRiver)
+}
+
+func (a *app) serve(ctx context.Context, st *queue.Store, ln net.Listener) error {
+	cp, err := a.startControlPlane(ctx, st, ln)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-cp.done:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = cp.Shutdown(context.WithoutCancel(ctx))
+			return fmt.Errorf("serve http: %w", err)
+		}
+	}
+	a.log.InfoContext(ctx, "shutting down")
+	return cp.Shutdown(context.WithoutCancel(ctx))
+}

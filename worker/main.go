@@ -1,0 +1,170 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/whilly-go/whilly/agent"
+	"github.com/whilly-go/whilly/control/client"
+)
+
+const usage = `Usage: whilly-worker --connect URL [--token T | --token-file F] [flags]
+
+The remote worker of whilly: it claims tasks from a control plane over HTTP(S), runs a
+coding agent on each under heartbeats, and reports the outcome and the cost.
+
+Without a worker token it registers itself with WHILLY_BOOTSTRAP_TOKEN and prints the new
+worker id and token on stderr. SIGTERM or SIGINT stops the agent's whole process group
+and releases the task before exiting.
+
+Environment: WHILLY_CONTROL_URL, WHILLY_WORKER_TOKEN, WHILLY_WORKER_ID, WHILLY_PLAN,
+WHILLY_AGENT, WHILLY_AGENT_CMD, WHILLY_AGENT_TIMEOUT, WHILLY_MODEL, CLAUDE_BIN, CODEX_BIN,
+WHILLY_BOOTSTRAP_TOKEN.
+
+Exit codes: 0 done (--once, --drain, --max-tasks) or stopped by a signal, 1 an operation
+error, 2 a configuration error or a control plane that refuses the token.
+
+Flags:
+`
+
+// Main runs the whilly-worker command line and returns its exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("whilly-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	env := func(k, def string) string {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			return v
+		}
+		return def
+	}
+	var (
+		connect   = fs.String("connect", env("WHILLY_CONTROL_URL", ""), "control plane URL (WHILLY_CONTROL_URL)")
+		tokenFile = fs.String("token-file", "", "read the worker token from this file")
+		workerID  = fs.String("worker-id", env("WHILLY_WORKER_ID", ""), "worker id (WHILLY_WORKER_ID; learned from the token when empty)")
+		planID    = fs.String("plan", env("WHILLY_PLAN", ""), "claim only from this plan (WHILLY_PLAN)")
+		labels    = fs.String("labels", "", "comma-separated labels this worker offers (when it registers itself)")
+		agentName = fs.String("agent", env("WHILLY_AGENT", agent.NameClaude), "agent: "+strings.Join(agent.Names(), ", ")+" (WHILLY_AGENT)")
+		model     = fs.String("model", env("WHILLY_MODEL", ""), "model passed to the agent (WHILLY_MODEL)")
+		once      = fs.Bool("once", false, "run one task, then exit")
+		drain     = fs.Bool("drain", false, "exit 0 when the plan has nothing claimable and nothing running")
+		maxTasks  = fs.Int("max-tasks", 0, "exit after this many tasks (0: no limit)")
+		insecure  = fs.Bool("insecure", false, "allow plain http:// to a non-loopback control plane")
+		logDir    = fs.String("log-dir", "", "write each attempt's agent output to a file under this directory")
+		workDir   = fs.String("workdir", "", "directory the agent works in (default: the current one)")
+		token     = fs.String("token", "", "worker token (prefer WHILLY_WORKER_TOKEN or --token-file: flags show in ps)")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "whilly-worker: "+format+"\n", a...)
+		return code
+	}
+	if fs.NArg() > 0 {
+		return fail(2, "unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	if *connect == "" {
+		return fail(2, "no control plane: pass --connect URL or set WHILLY_CONTROL_URL")
+	}
+	tok := *token
+	if tok == "" {
+		tok = env("WHILLY_WORKER_TOKEN", "")
+	}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fail(2, "read the token file: %v", err)
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	timeout := agent.DefaultTimeout
+	if v := env("WHILLY_AGENT_TIMEOUT", ""); v != "" {
+		d, err := ParseDuration(v)
+		if err != nil {
+			return fail(2, "WHILLY_AGENT_TIMEOUT: %v", err)
+		}
+		timeout = d
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	api, err := client.New(*connect, tok, client.Options{Insecure: *insecure})
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	if tok == "" {
+		boot := env("WHILLY_BOOTSTRAP_TOKEN", "")
+		if boot == "" {
+			return fail(2, "no worker token: set WHILLY_WORKER_TOKEN (or --token-file), or WHILLY_BOOTSTRAP_TOKEN to register")
+		}
+		host, _ := os.Hostname()
+		reg, err := api.WithToken(boot).Register(ctx, client.RegisterRequest{Hostname: host, Labels: splitList(*labels)})
+		if err != nil {
+			return fail(2, "register with %s: %v", *connect, err)
+		}
+		fmt.Fprintf(stderr, "registered worker_id: %s\n", reg.WorkerID)
+		api, *workerID = api.WithToken(reg.Token), reg.WorkerID
+	}
+	if *workerID == "" {
+		return fail(2, "no worker id: set WHILLY_WORKER_ID (printed by 'whilly worker register')")
+	}
+	cfg := agent.ConfigFromEnv(getenv)
+	cfg.Logger = log
+	ag, err := agent.New(*agentName, cfg)
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	w, err := New(api, ag, log, Config{
+		WorkerID: *workerID, PlanID: *planID, Model: *model, Once: *once, Drain: *drain,
+		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir,
+	})
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	sum, err := w.Run(ctx)
+	fmt.Fprintf(stdout, "tasks_done=%d tasks_failed=%d tasks_released=%d cost_usd=%s\n", sum.Done, sum.Failed, sum.Released, sum.Cost)
+	switch {
+	case err == nil, errors.Is(err, ErrStopped):
+		return 0
+	case fatal(err):
+		return fail(2, "%v", err)
+	default:
+		return fail(1, "%v", err)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ParseDuration reads Go syntax (45s, 30m) or a plain number of seconds.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseFloat(s, 64); err == nil && n > 0 {
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a duration such as 45s or 30m, or a number of seconds", s)
+	}
+	return d, nil
+}

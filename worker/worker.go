@@ -1,0 +1,424 @@
+// Package worker is whilly's worker loop: claim a task from the control plane (long-poll),
+// START it, run the coding agent under heartbeats, then COMPLETE or FAIL with the cost, or
+// RELEASE it on shutdown. It talks to the control plane only through control/client and
+// must never import pgx, River, chi or ghinstallation: the slim whilly-worker binary is
+// built from it.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/whilly-go/whilly/agent"
+	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/plan"
+)
+
+// Config configures a worker.
+type Config struct {
+	WorkerID string
+	PlanID   string // "" claims from any plan
+	Model    string
+	// Once stops after one task; Drain stops when the plan has nothing claimable and
+	// nothing running; MaxTasks (>0) stops after that many tasks.
+	Once     bool
+	Drain    bool
+	MaxTasks int
+	// ClaimWait is how long one claim long-polls (default 30 s).
+	ClaimWait time.Duration
+	// AgentTimeout bounds each attempt (default agent.DefaultTimeout).
+	AgentTimeout time.Duration
+	// HeartbeatEvery defaults to a third of the lease's lifetime.
+	HeartbeatEvery time.Duration
+	// LogDir receives one log file per attempt; "" keeps no log files.
+	LogDir string
+	// WorkDir is where the agent runs; "" is the current directory.
+	WorkDir string
+	// OnResult, when set, is told about each finished attempt (whilly run's progress).
+	OnResult func(Outcome)
+}
+
+// Outcome is what became of one attempt.
+type Outcome struct {
+	PlanID   string
+	TaskID   string
+	Attempt  int
+	Status   string // done, failed, released, lease_lost
+	Reason   string
+	Cost     plan.USD
+	Duration time.Duration
+}
+
+// Summary counts what a worker did before it stopped.
+type Summary struct {
+	Done     int      `json:"tasks_done"`
+	Failed   int      `json:"tasks_failed"`
+	Released int      `json:"tasks_released"`
+	Lost     int      `json:"tasks_lost"`
+	Cost     plan.USD `json:"cost_usd"`
+}
+
+// Worker runs tasks from one control plane with one agent.
+type Worker struct {
+	api   *client.Client
+	agent agent.Agent
+	log   *slog.Logger
+	cfg   Config
+}
+
+// New returns a worker. The client must carry the worker's token.
+func New(api *client.Client, ag agent.Agent, log *slog.Logger, cfg Config) (*Worker, error) {
+	if cfg.WorkerID == "" {
+		return nil, errors.New("new worker: a worker id is required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ClaimWait <= 0 {
+		cfg.ClaimWait = 30 * time.Second
+	}
+	if cfg.AgentTimeout <= 0 {
+		cfg.AgentTimeout = agent.DefaultTimeout
+	}
+	return &Worker{api: api, agent: ag, log: log.With("worker_id", cfg.WorkerID), cfg: cfg}, nil
+}
+
+// ErrStopped is returned by Run when ctx ends it; what ran was released first.
+var ErrStopped = errors.New("worker stopped")
+
+// Run claims and runs tasks until ctx is cancelled (ErrStopped, after releasing the
+// task in hand), until Once, Drain or MaxTasks says stop (nil), or until the control
+// plane refuses the worker's token (an error). A control plane that restarts or cannot
+// be reached for a while is waited out with backoff.
+func (w *Worker) Run(ctx context.Context) (Summary, error) {
+	var sum Summary
+	backoff := newBackoff()
+	for {
+		if ctx.Err() != nil {
+			return sum, ErrStopped
+		}
+		if w.cfg.MaxTasks > 0 && sum.Done+sum.Failed+sum.Lost >= w.cfg.MaxTasks {
+			return sum, nil
+		}
+		claim, err := w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds()})
+		if err != nil {
+			if ctx.Err() != nil {
+				return sum, ErrStopped
+			}
+			if fatal(err) {
+				return sum, fmt.Errorf("claim: %w", err)
+			}
+			w.log.WarnContext(ctx, "control plane unavailable, retrying", "error", err)
+			if !backoff.wait(ctx) {
+				return sum, ErrStopped
+			}
+			continue
+		}
+		backoff.reset()
+		if claim == nil {
+			if w.cfg.Drain {
+				idle, err := w.drained(ctx)
+				if err != nil && fatal(err) {
+					return sum, err
+				}
+				if idle {
+					return sum, nil
+				}
+			}
+			continue
+		}
+		out := w.runTask(ctx, claim)
+		sum.Cost += out.Cost
+		switch out.Status {
+		case "done":
+			sum.Done++
+		case "failed":
+			sum.Failed++
+		case "released":
+			sum.Released++
+		default:
+			sum.Lost++
+		}
+		if w.cfg.OnResult != nil {
+			w.cfg.OnResult(out)
+		}
+		if out.Status == "released" {
+			return sum, ErrStopped
+		}
+		if w.cfg.Once {
+			return sum, nil
+		}
+	}
+}
+
+// fatal reports errors that waiting will not cure: the token is refused, or the request
+// is malformed.
+func fatal(err error) bool {
+	s := client.StatusOf(err)
+	return s == 401 || s == 403 || s == 400 || s == 404 || s == 422
+}
+
+// drained reports whether the plan (or, without --plan, every active plan) has nothing
+// claimable now or later and nothing running.
+func (w *Worker) drained(ctx context.Context) (bool, error) {
+	var plans []client.Plan
+	if w.cfg.PlanID != "" {
+		p, err := w.api.GetPlan(ctx, w.cfg.PlanID)
+		if err != nil {
+			return false, err
+		}
+		plans = []client.Plan{p}
+	} else {
+		list, err := w.api.ListPlans(ctx, client.PlanQuery{Status: plan.PlanActive})
+		if err != nil {
+			return false, err
+		}
+		plans = list.Plans
+	}
+	for _, p := range plans {
+		if p.Status != plan.PlanActive {
+			continue
+		}
+		if p.Counts[plan.StatusPending]+p.Counts[plan.StatusClaimed]+p.Counts[plan.StatusInProgress] > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// runTask runs one claimed task to its report. It never returns an error: every
+// outcome, including a lost lease, is an Outcome.
+func (w *Worker) runTask(ctx context.Context, c *client.Claim) (out Outcome) {
+	t := c.Task
+	log := w.log.With("plan_id", t.PlanID, "task_id", t.ID, "attempt", t.Attempt)
+	out = Outcome{PlanID: t.PlanID, TaskID: t.ID, Attempt: t.Attempt}
+	started := time.Now()
+	defer func() { out.Duration = time.Since(started) }()
+	lease := client.LeaseRequest{LeaseID: c.Lease.ID}
+
+	if _, err := w.api.Start(ctx, t.PlanID, t.ID, lease); err != nil {
+		return w.lostOrRelease(ctx, log, c, out, err)
+	}
+
+	// The agent runs under runCtx: cancelled on shutdown (ctx) and when a heartbeat says
+	// the lease is gone. Heartbeats keep the lease alive meanwhile.
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	var hb sync.WaitGroup
+	hb.Go(func() { w.heartbeat(runCtx, cancelRun, c) })
+
+	res, runErr := w.attempt(runCtx, c)
+	cancelRun(nil)
+	hb.Wait()
+	out.Cost = res.Cost
+
+	if ctx.Err() != nil {
+		// Shutdown: the agent's process group is gone; hand the task back.
+		return w.release(log, c, out, "shutdown")
+	}
+	if cause := context.Cause(runCtx); errors.Is(cause, errLeaseLost) {
+		log.WarnContext(ctx, "lease lost while the agent ran; agent killed")
+		out.Status, out.Reason = "lease_lost", "lease_lost"
+		return out
+	}
+	if runErr == nil && res.Succeeded() {
+		_, err := w.api.Complete(ctx, t.PlanID, t.ID, client.CompleteRequest{LeaseID: c.Lease.ID, CostUSD: res.Cost, Result: bounded(res.Text, 4096)})
+		if err != nil {
+			return w.lostOrRelease(ctx, log, c, out, err)
+		}
+		out.Status = "done"
+		return out
+	}
+	fail := failureOf(res, runErr)
+	out.Reason = fail.Reason
+	fail.LeaseID, fail.CostUSD = c.Lease.ID, res.Cost
+	if _, err := w.api.Fail(ctx, t.PlanID, t.ID, fail); err != nil {
+		return w.lostOrRelease(ctx, log, c, out, err)
+	}
+	log.InfoContext(ctx, "attempt failed", "reason", fail.Reason)
+	out.Status = "failed"
+	return out
+}
+
+var errLeaseLost = errors.New("lease lost")
+
+// attempt builds the prompt, runs the agent and the plan's verification commands.
+func (w *Worker) attempt(ctx context.Context, c *client.Claim) (agent.Result, error) {
+	t := c.Task
+	in := agent.NewPromptInput(c.Plan.ID, c.Plan.Name, plan.Task{
+		ID: t.ID, Priority: t.Priority, Description: t.Description, Dependencies: t.Dependencies,
+		KeyFiles: t.KeyFiles, AcceptanceCriteria: t.AcceptanceCriteria, TestSteps: t.TestSteps,
+		PRDRequirement: t.PRDRequirement, MaxAttempts: t.MaxAttempts,
+	}, t.Attempt)
+	in.PreviousError = t.LastError
+	prompt, err := agent.BuildPrompt(in)
+	if err != nil {
+		return agent.Result{}, err
+	}
+	logFile, closeLog := w.openLog(t.PlanID, t.ID, t.Attempt)
+	defer closeLog()
+	res, err := w.agent.Run(ctx, agent.Request{
+		Prompt:  prompt,
+		WorkDir: w.cfg.WorkDir,
+		Env: []string{"WHILLY_PLAN_ID=" + t.PlanID, "WHILLY_TASK_ID=" + t.ID,
+			fmt.Sprintf("WHILLY_ATTEMPT=%d", t.Attempt), "WHILLY_WORKER_ID=" + w.cfg.WorkerID},
+		Model:     w.cfg.Model,
+		BudgetCap: c.Plan.RemainingUSD,
+		Timeout:   w.cfg.AgentTimeout,
+		Log:       logFile,
+	})
+	if err != nil || !res.Succeeded() || len(c.Plan.Verify) == 0 {
+		return res, err
+	}
+	cmds := make([]plan.Verify, len(c.Plan.Verify))
+	for i, v := range c.Plan.Verify {
+		cmds[i] = plan.Verify(v)
+	}
+	res.ApplyVerify(agent.RunVerify(ctx, w.cfg.WorkDir, cmds, 0))
+	return res, nil
+}
+
+// failureOf turns an unsuccessful attempt into the FAIL report.
+func failureOf(res agent.Result, runErr error) client.FailRequest {
+	retryable := true
+	reason, detail := res.Reason, map[string]any{"exit_code": res.ExitCode, "excerpt": res.Excerpt, "detail": res.Detail}
+	switch {
+	case errors.Is(runErr, agent.ErrPromptInjection):
+		reason, retryable = agent.ReasonPromptInjection, false
+		detail = map[string]any{"detail": runErr.Error()}
+	case errors.Is(runErr, agent.ErrNotFound):
+		reason = "agent_not_found"
+		detail = map[string]any{"detail": runErr.Error()}
+	case runErr != nil:
+		reason = "agent_error"
+		detail = map[string]any{"detail": runErr.Error()}
+	case reason == "":
+		reason = agent.ReasonNoCompletionMarker
+	}
+	if reason == agent.ReasonBudgetExceeded {
+		retryable = false
+	}
+	raw, _ := json.Marshal(detail)
+	return client.FailRequest{Reason: reason, Retryable: &retryable, Detail: raw}
+}
+
+// heartbeat extends the lease every interval until ctx ends; a heartbeat that reports
+// the task cancelled or its lease gone cancels the run.
+func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c *client.Claim) {
+	every := w.cfg.HeartbeatEvery
+	if every <= 0 {
+		every = max(time.Until(c.Lease.ExpiresAt)/3, 100*time.Millisecond)
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	held := client.HeartbeatRequest{Tasks: []client.HeldLease{{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID}}}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		res, err := w.api.Heartbeat(ctx, w.cfg.WorkerID, held)
+		if err != nil {
+			if client.IsUnauthorized(err) || client.IsForbidden(err) {
+				cancel(errLeaseLost)
+				return
+			}
+			w.log.WarnContext(ctx, "heartbeat failed", "error", err)
+			continue
+		}
+		if len(res.Cancel) > 0 {
+			w.log.InfoContext(ctx, "control plane withdrew the task", "reason", res.Cancel[0].Reason)
+			cancel(errLeaseLost)
+			return
+		}
+	}
+}
+
+// lostOrRelease handles a failed report: 409 means the lease is gone (someone else owns
+// the task now); anything else after shutdown means release.
+func (w *Worker) lostOrRelease(ctx context.Context, log *slog.Logger, c *client.Claim, out Outcome, err error) Outcome {
+	if client.IsConflict(err) || client.IsNotFound(err) {
+		log.WarnContext(ctx, "lease lost; moving on", "error", err)
+		out.Status, out.Reason = "lease_lost", "lease_lost"
+		return out
+	}
+	if ctx.Err() != nil {
+		return w.release(log, c, out, "shutdown")
+	}
+	// The control plane is unreachable: the lease will expire and the reaper will hand
+	// the task out again; nothing more to do here.
+	log.WarnContext(ctx, "could not report the task", "error", err)
+	out.Status, out.Reason = "lease_lost", "report_failed"
+	return out
+}
+
+// release hands the task back on shutdown, with a short deadline of its own.
+func (w *Worker) release(log *slog.Logger, c *client.Claim, out Outcome, reason string) Outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := w.api.Release(ctx, c.Task.PlanID, c.Task.ID, client.LeaseRequest{LeaseID: c.Lease.ID, Reason: reason}); err != nil {
+		log.WarnContext(ctx, "release failed; the lease will expire instead", "error", err)
+	}
+	out.Status, out.Reason = "released", reason
+	return out
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// openLog opens the attempt's log file, or discards when there is no log dir.
+func (w *Worker) openLog(planID, taskID string, attempt int) (io.Writer, func()) {
+	if w.cfg.LogDir == "" {
+		return nil, func() {}
+	}
+	dir := filepath.Join(w.cfg.LogDir, unsafeName.ReplaceAllString(planID, "_"))
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		w.log.Warn("cannot create the log directory", "dir", dir, "error", err)
+		return nil, func() {}
+	}
+	name := filepath.Join(dir, fmt.Sprintf("%s.%d.log", unsafeName.ReplaceAllString(taskID, "_"), attempt))
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		w.log.Warn("cannot open the attempt log", "file", name, "error", err)
+		return nil, func() {}
+	}
+	return f, func() { _ = f.Close() }
+}
+
+func bounded(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// backoff waits between attempts to reach the control plane: 200 ms doubling to 10 s,
+// with jitter so many workers do not return at once.
+type backoffState struct{ next time.Duration }
+
+func newBackoff() *backoffState { return &backoffState{next: 200 * time.Millisecond} }
+
+func (b *backoffState) reset() { b.next = 200 * time.Millisecond }
+
+func (b *backoffState) wait(ctx context.Context) bool {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(b.next*2, 10*time.Second)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
