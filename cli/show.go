@@ -42,7 +42,6 @@ func (s styles) paint(color, text string) string {
 	return s.r.NewStyle().Foreground(lipgloss.Color(color)).Render(text)
 }
 
-
 func statusColor(st string) string {
 	switch st {
 	case string(plan.StatusDone), string(plan.DecisionAllow):
@@ -61,7 +60,9 @@ func (s styles) badge(st plan.Status) string {
 	return s.paint(statusColor(string(st)), fmt.Sprintf("%-13s", "["+string(st)+"]"))
 }
 
-func (s styles) planStatus(st plan.PlanStatus) string { return s.paint(statusColor(string(st)), string(st)) }
+func (s styles) planStatus(st plan.PlanStatus) string {
+	return s.paint(statusColor(string(st)), string(st))
+}
 
 func (s styles) decision(d plan.Decision) string {
 	return s.paint(statusColor(string(d)), fmt.Sprintf("%-6s", d))

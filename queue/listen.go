@@ -23,13 +23,26 @@ const EventsChannel = "whilly_events"
 // may have been missed while it was down, so subscribers must re-check the database.
 const NotificationResync = "listener.resync"
 
-// Notification is the payload of one whilly_events NOTIFY: which event was appended. It
-// carries no payload or detail; read the event from the database when they are needed.
+// Notification is the payload of one whilly_events NOTIFY. The trigger sends one per
+// statement and (plan, type): Count events, the highest id being ID (and the lowest MinID
+// when the trigger reports it); TaskID is set when the group holds one event. It carries
+// no payload or detail; read the events from the database when they are needed.
 type Notification struct {
 	ID     int64  `json:"id"`
+	MinID  int64  `json:"min_id,omitempty"`
+	Count  int    `json:"count,omitempty"`
 	PlanID string `json:"plan_id"`
 	TaskID string `json:"task_id"`
 	Type   string `json:"type"`
+}
+
+// Lowest returns the lowest event id the notification may cover: MinID when the trigger
+// sent it, else the lowest id Count consecutive ids ending at ID would have.
+func (n Notification) Lowest() int64 {
+	if n.MinID > 0 {
+		return n.MinID
+	}
+	return n.ID - int64(max(n.Count, 1)) + 1
 }
 
 // subscriberBuffer is how many notifications a subscriber may fall behind before new ones
