@@ -1,0 +1,209 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/whilly-go/whilly/plan"
+)
+
+// CompletionMarker is what an agent prints in its final message when, and only when, the
+// task is done. Its absence makes a run a failure (ReasonNoCompletionMarker).
+const CompletionMarker = "<promise>COMPLETE</promise>"
+
+// Defaults used when a Config or Request leaves a value at zero.
+const (
+	DefaultTimeout        = 30 * time.Minute // per attempt (WHILLY_AGENT_TIMEOUT)
+	DefaultKillGrace      = 2 * time.Second  // SIGTERM → SIGKILL
+	DefaultMaxOutputBytes = 8 << 20          // stdout kept for parsing (its tail)
+	DefaultVerifyTimeout  = 10 * time.Minute // per verification command
+	MaxExcerptBytes       = 4 << 10          // Result.Excerpt, VerifyResult.Output
+	maxTextBytes          = 64 << 10         // Result.Text
+	maxDetailBytes        = 1 << 10          // Result.Detail
+	maxStderrBytes        = 1 << 20          // stderr kept for the excerpt
+)
+
+// Reasons a run failed. They are bounded classes, persisted in task events and shown on
+// GitHub: never rename one.
+const (
+	ReasonTimeout            = "timeout"              // the attempt's timeout killed the agent
+	ReasonCancelled          = "cancelled"            // ctx was cancelled (shutdown, lost lease, plan cancelled)
+	ReasonExitCode           = "exit_code"            // non-zero exit without an error report the adapter understands
+	ReasonNoCompletionMarker = "no_completion_marker" // ran fine but never printed CompletionMarker
+	ReasonAgentError         = "agent_error"          // the agent reported an error (is_error, turn.failed …)
+	ReasonMalformedOutput    = "malformed_output"     // exit 0 but output the adapter cannot parse
+	ReasonBudgetExceeded     = "budget_exceeded"      // the agent hit its spending cap, or there was none left
+	ReasonMaxTurns           = "max_turns"            // the agent hit its turn limit
+	ReasonVerifyFailed       = "verify_failed"        // a required verification command failed
+	ReasonPromptInjection    = "prompt_injection_blocked"
+)
+
+// ErrNotFound means the agent's executable does not exist or is not executable. Run
+// returns it (wrapped) instead of a Result: nothing ran and nothing was spent.
+var ErrNotFound = errors.New("agent executable not found")
+
+// Agent runs one attempt of one task.
+//
+// Run returns an error only when the agent could not be run at all (ErrNotFound, a pipe
+// that could not be made); a run that fails for any other reason is a Result with a
+// Reason, and still reports what it cost.
+type Agent interface {
+	Name() string
+	Run(ctx context.Context, req Request) (Result, error)
+}
+
+// Request is one attempt.
+type Request struct {
+	Prompt  string
+	WorkDir string   // the workspace; "" means the worker's current directory
+	Env     []string // extra KEY=VALUE pairs on top of the worker's environment (WHILLY_TASK_ID …)
+	Model   string   // "" lets the agent pick
+	// BudgetCap is what is left of the plan's budget; adapters whose agent supports a
+	// spending cap pass it on. nil means unlimited; zero or less means nothing is left and
+	// the agent is not started (ReasonBudgetExceeded).
+	BudgetCap *plan.USD
+	Timeout   time.Duration // 0 means DefaultTimeout
+	Log       io.Writer     // receives the agent's whole stdout and stderr, secrets redacted line by line; may be nil
+}
+
+// Usage is the token count an agent reported, summed over its turns.
+type Usage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+}
+
+// Result is what one attempt did. Text, Detail and Excerpt have secrets redacted.
+type Result struct {
+	ExitCode int      `json:"exit_code"` // -1 when killed by a signal or never started
+	Text     string   `json:"text"`      // the agent's final message (its tail if longer than 64 KiB)
+	Cost     plan.USD `json:"cost_usd"`
+	// CostReported is false when the agent says nothing about cost (codex, a command
+	// agent that omits total_cost_usd, a run killed before it printed its result): Cost
+	// is then 0 and the budget cannot see what the run spent.
+	CostReported bool          `json:"cost_reported"`
+	Complete     bool          `json:"complete"` // CompletionMarker is in Text
+	IsError      bool          `json:"is_error"` // the agent itself reported an error
+	Reason       string        `json:"reason,omitempty"`
+	Detail       string        `json:"detail,omitempty"`  // one bounded human sentence about Reason
+	Excerpt      string        `json:"excerpt,omitempty"` // tail of stdout/stderr, ≤ MaxExcerptBytes
+	SessionID    string        `json:"session_id,omitempty"`
+	Turns        int           `json:"turns,omitempty"`
+	Usage        Usage         `json:"usage"`
+	Duration     time.Duration `json:"duration"`
+}
+
+// Succeeded reports whether the attempt counts as done: exit code 0, the completion marker,
+// no error reported by the agent, and no failure reason (verification included, see
+// ApplyVerify).
+func (r Result) Succeeded() bool {
+	return r.ExitCode == 0 && r.Complete && !r.IsError && r.Reason == ""
+}
+
+// Config configures the built-in adapters. The zero value works: binaries come from PATH.
+type Config struct {
+	Logger         *slog.Logger  // nil discards
+	ClaudeBin      string        // CLAUDE_BIN; default "claude"
+	CodexBin       string        // CODEX_BIN; default "codex"
+	Command        string        // WHILLY_AGENT_CMD, required by the command adapter
+	PermissionMode string        // claude --permission-mode; default "acceptEdits"
+	KillGrace      time.Duration // SIGTERM → SIGKILL of the process group; default DefaultKillGrace
+	MaxOutputBytes int           // stdout tail kept for parsing; default DefaultMaxOutputBytes
+	// BaseEnv is the environment agents inherit before Request.Env is added; nil means the
+	// worker's own (os.Environ). whilly's own secrets (worker and bootstrap tokens, the App
+	// key, the database URL) are always removed from it, see childEnv.
+	BaseEnv []string
+	Sim     SimConfig
+}
+
+// ConfigFromEnv reads the agent settings of SPEC §14 (CLAUDE_BIN, CODEX_BIN,
+// WHILLY_AGENT_CMD) through getenv, usually os.Getenv. Timeouts and the model are per
+// request and parsed by the caller.
+func ConfigFromEnv(getenv func(string) string) Config {
+	return Config{
+		ClaudeBin: getenv("CLAUDE_BIN"),
+		CodexBin:  getenv("CODEX_BIN"),
+		Command:   getenv("WHILLY_AGENT_CMD"),
+	}
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ClaudeBin == "" {
+		c.ClaudeBin = "claude"
+	}
+	if c.CodexBin == "" {
+		c.CodexBin = "codex"
+	}
+	if c.PermissionMode == "" {
+		c.PermissionMode = "acceptEdits"
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = DefaultKillGrace
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	return c
+}
+
+// Adapter names accepted by New.
+const (
+	NameClaude  = "claude"
+	NameCodex   = "codex"
+	NameCommand = "command"
+	NameSim     = "sim"
+)
+
+// Names lists the built-in adapters, sorted.
+func Names() []string {
+	n := []string{NameClaude, NameCodex, NameCommand, NameSim}
+	sort.Strings(n)
+	return n
+}
+
+// New returns the built-in adapter called name. It does not look for the executable:
+// a missing one is reported by Run (ErrNotFound), so a worker can start and say so per task.
+func New(name string, cfg Config) (Agent, error) {
+	cfg = cfg.withDefaults()
+	switch name {
+	case NameClaude:
+		return &claudeAgent{r: runner{cfg: cfg, name: NameClaude}}, nil
+	case NameCodex:
+		return &codexAgent{r: runner{cfg: cfg, name: NameCodex}}, nil
+	case NameCommand:
+		if strings.TrimSpace(cfg.Command) == "" {
+			return nil, errors.New("new command agent: WHILLY_AGENT_CMD is empty")
+		}
+		return &commandAgent{r: runner{cfg: cfg, name: NameCommand}}, nil
+	case NameSim:
+		if err := cfg.Sim.validate(); err != nil {
+			return nil, fmt.Errorf("new sim agent: %w", err)
+		}
+		return &simAgent{cfg: cfg.Sim}, nil
+	}
+	return nil, fmt.Errorf("unknown agent %q (valid: %s)", name, strings.Join(Names(), ", "))
+}
+
+// noBudgetLeft reports whether the cap leaves nothing to spend, and the Result to return
+// without starting the agent.
+func noBudgetLeft(req Request) (Result, bool) {
+	if req.BudgetCap == nil || *req.BudgetCap > 0 {
+		return Result{}, false
+	}
+	return Result{
+		ExitCode:     -1,
+		CostReported: true,
+		Reason:       ReasonBudgetExceeded,
+		Detail:       "the plan has no budget left; the agent was not started",
+	}, true
+}

@@ -1,0 +1,135 @@
+//go:build unix
+
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The argv below was checked against the real CLI, @openai/codex (`codex --version` →
+// "codex-cli 0.171.0"; the fixture was made with 0.169.0), installed with npm into a temp
+// dir, HOME at an empty dir, no network. `codex exec --help` documents --json, -m/--model,
+// -s/--sandbox {read-only, workspace-write, danger-full-access}, --skip-git-repo-check and
+// "If not provided as an argument (or if `-` is used), instructions are read from stdin".
+//
+//	echo "say hi" | codex exec --json --skip-git-repo-check -s workspace-write -m gpt-5 -
+//	  → prints {"type":"thread.started",…} and retries the network until killed: accepted
+//	… -s workspace-writ -  → "error: invalid value 'workspace-writ' for '--sandbox <SANDBOX_MODE>'", exit 2
+//	… --bogus …            → "error: unexpected argument '--bogus' found", exit 2
+func TestCodexArgv(t *testing.T) {
+	t.Parallel()
+	if got, want := codexArgs(Request{}), []string{"exec", "--json", "--skip-git-repo-check", "-s", "workspace-write", "-"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("codexArgs = %q, want %q", got, want)
+	}
+	budget := usd(t, "3")
+	got := codexArgs(Request{Model: "gpt-5-codex", BudgetCap: &budget})
+	want := []string{"exec", "--json", "--skip-git-repo-check", "-s", "workspace-write", "-m", "gpt-5-codex", "-"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("codexArgs = %q, want %q (codex has no spending cap flag)", got, want)
+	}
+
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.CodexBin = writeScript(t, dir, "codex", `printf '%s\n' "$@" > "$DIR/args"
+cat > "$DIR/stdin"
+echo '{"type":"item.completed","item":{"id":"item_1","type":"agent_message","text":"<promise>COMPLETE</promise>"}}'
+echo '{"type":"turn.completed","usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":1}}'
+`)
+	a, _ := New(NameCodex, cfg)
+	res, err := a.Run(testCtx(t), Request{Prompt: "the prompt", WorkDir: dir, Model: "o3", Env: []string{"DIR=" + dir}})
+	if err != nil || !res.Succeeded() {
+		t.Fatalf("run: %v %q %q", err, res.Reason, res.Detail)
+	}
+	args, _ := os.ReadFile(filepath.Join(dir, "args"))
+	if string(args) != "exec\n--json\n--skip-git-repo-check\n-s\nworkspace-write\n-m\no3\n-\n" {
+		t.Errorf("argv = %q", args)
+	}
+	if in, _ := os.ReadFile(filepath.Join(dir, "stdin")); string(in) != "the prompt" {
+		t.Errorf("stdin = %q", in)
+	}
+}
+
+func TestCodexOutputs(t *testing.T) {
+	t.Parallel()
+	success := strings.Join([]string{
+		`{"type":"thread.started","thread_id":"th-1"}`,
+		`{"type":"turn.started"}`,
+		`{"type":"item.completed","item":{"id":"item_0","type":"reasoning","text":"**Planning**"}}`,
+		`{"type":"item.started","item":{"id":"item_1","type":"command_execution","command":"go test ./...","status":"in_progress"}}`,
+		`{"type":"item.completed","item":{"id":"item_1","type":"command_execution","command":"go test ./...","aggregated_output":"ok","exit_code":0,"status":"completed"}}`,
+		`{"type":"item.completed","item":{"id":"item_2","type":"agent_message","text":"Implemented it.\n<promise>COMPLETE</promise>"}}`,
+		`{"type":"turn.completed","usage":{"input_tokens":1200,"cached_input_tokens":200,"output_tokens":345}}`,
+	}, "\n") + "\n"
+	failed := `{"type":"thread.started","thread_id":"th-2"}` + "\n" + `{"type":"turn.started"}` + "\n" +
+		`{"type":"turn.failed","error":{"message":"stream error: 401 Unauthorized"}}` + "\n"
+	noMarker := `{"type":"thread.started","thread_id":"th-3"}` + "\n" +
+		`{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"I need more information."}}` + "\n" +
+		`{"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":0,"output_tokens":5}}` + "\n"
+
+	cases := []struct {
+		name   string
+		stdout string
+		exit   int
+		want   outcome
+	}{
+		{"success", success, 0, outcome{complete: true, session: "th-1", turns: 1}},
+		{"turn failed", failed, 1, outcome{reason: ReasonAgentError, isError: true, session: "th-2", exit: 1, detailHas: "turn failed: stream error: 401 Unauthorized"}},
+		{"no marker", noMarker, 0, outcome{reason: ReasonNoCompletionMarker, session: "th-3", turns: 1}},
+		// The real CLI with no network, as captured (it was killed by timeout(1): exit 124).
+		{"real: offline", "@codex-0.169.0-exec-json-offline.jsonl", 124,
+			outcome{reason: ReasonAgentError, isError: true, session: "01a228cd-283a-7f12-98ff-d3bdf786399e", exit: 124, detailHas: "waiting for network"}},
+		{"garbage", "panic: runtime error\n", 0, outcome{reason: ReasonMalformedOutput, detailHas: "no codex events"}},
+		{"garbage with exit 2", "error: unexpected argument '--bogus' found\n", 2, outcome{reason: ReasonExitCode, exit: 2, detailHas: "exit status 2"}},
+		{"empty", "", 0, outcome{reason: ReasonMalformedOutput}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			out := ""
+			if strings.HasPrefix(c.stdout, "@") {
+				out = fixture(t, c.stdout[1:])
+			} else if c.stdout != "" {
+				out = writeFile(t, dir, "stdout", c.stdout)
+			}
+			cfg := testConfig()
+			cfg.CodexBin = fakeOutput(t, dir, "codex", out, "", c.exit)
+			a, _ := New(NameCodex, cfg)
+			res, err := a.Run(testCtx(t), Request{Prompt: "p", WorkDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkOutcome(t, c.name, res, c.want)
+			if c.name == "success" {
+				want := Usage{InputTokens: 1200, CacheReadInputTokens: 200, OutputTokens: 345}
+				if res.Usage != want {
+					t.Errorf("usage = %+v, want %+v", res.Usage, want)
+				}
+			}
+		})
+	}
+}
+
+// The real CLI never ends on its own without network: the timeout ends it.
+func TestCodexHangIsKilledAtTimeout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.CodexBin = writeScript(t, dir, "codex", "cat "+shQuote(fixture(t, "codex-0.169.0-exec-json-offline.jsonl"))+"\nexec sleep 1000\n")
+	a, _ := New(NameCodex, cfg)
+	res, err := a.Run(testCtx(t), Request{Prompt: "p", WorkDir: dir, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reason != ReasonTimeout || res.ExitCode != -1 {
+		t.Fatalf("reason %q exit %d, want timeout", res.Reason, res.ExitCode)
+	}
+	if res.SessionID != "01a228cd-283a-7f12-98ff-d3bdf786399e" || !strings.Contains(res.Excerpt, "Reconnecting") {
+		t.Errorf("session %q, excerpt %q: what was printed before the kill is kept", res.SessionID, res.Excerpt)
+	}
+}

@@ -1,0 +1,148 @@
+package agent
+
+import (
+	"regexp"
+	"strings"
+	"unicode/utf8"
+)
+
+const redactedKey = "[REDACTED:private_key]"
+
+var (
+	pemBegin = regexp.MustCompile(`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----`)
+	pemEnd   = regexp.MustCompile(`-----END[A-Z0-9 ]*PRIVATE KEY-----`)
+)
+
+// secretPatterns are applied in order; earlier, more specific patterns win (sk-ant- before
+// sk-). A replacement either names the kind of secret or keeps the harmless prefix (the
+// header or key name) and masks the value, so a reader still sees what was there.
+var secretPatterns = []struct {
+	hints []string // lowercase substrings one of which the text must contain, a cheap pre-filter
+	re    *regexp.Regexp
+	repl  string
+}{
+	// A whole PEM private key, or its start up to the end of the text when it is cut off.
+	{[]string{"private key"}, regexp.MustCompile(`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\z)`), redactedKey},
+	{[]string{"github_pat_"}, regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{20,}`), "[REDACTED:github_token]"},
+	{[]string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}, regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{20,}`), "[REDACTED:github_token]"},
+	{[]string{"glpat-"}, regexp.MustCompile(`\bglpat-[A-Za-z0-9_\-]{20,}`), "[REDACTED:gitlab_token]"},
+	{[]string{"sk-ant-"}, regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_\-]{10,}`), "[REDACTED:anthropic_key]"},
+	{[]string{"sk-"}, regexp.MustCompile(`\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}`), "[REDACTED:openai_key]"},
+	{[]string{"_live_"}, regexp.MustCompile(`\b(?:sk|rk)_live_[A-Za-z0-9]{16,}`), "[REDACTED:stripe_key]"},
+	{[]string{"gsk_"}, regexp.MustCompile(`\bgsk_[A-Za-z0-9]{20,}`), "[REDACTED:groq_key]"},
+	{[]string{"aiza"}, regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{35}`), "[REDACTED:google_key]"},
+	{[]string{"npm_"}, regexp.MustCompile(`\bnpm_[A-Za-z0-9]{36}\b`), "[REDACTED:npm_token]"},
+	{[]string{"akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"}, regexp.MustCompile(`\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b`), "[REDACTED:aws_key]"},
+	{[]string{"xox"}, regexp.MustCompile(`\bxox[abposre]-[A-Za-z0-9\-]{10,}`), "[REDACTED:slack_token]"},
+	{[]string{"xapp-"}, regexp.MustCompile(`\bxapp-\d-[A-Za-z0-9\-]{10,}`), "[REDACTED:slack_token]"},
+	{[]string{"hooks.slack.com"}, regexp.MustCompile(`https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+`), "[REDACTED:slack_webhook]"},
+	{[]string{"eyj"}, regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`), "[REDACTED:jwt]"},
+	// user:password@ in URLs (database DSNs, git remotes).
+	{[]string{"://"}, regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/@]+:)[^\s@/]+@`), "${1}[REDACTED]@"},
+	// Authorization headers of any scheme, and bare bearer tokens.
+	{[]string{"authorization"}, regexp.MustCompile(`(?i)\b((?:proxy-)?authorization"?\s*[:=]\s*"?(?:(?:bearer|basic|token|bot|digest)\s+)?)[^\s"',;]+`), "${1}[REDACTED]"},
+	{[]string{"bearer"}, regexp.MustCompile(`(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]{8,}=*`), "${1}[REDACTED]"},
+	// key=value and key: value for names that say "secret" (db_password=…, "api_key": "…",
+	// AWS_SECRET_ACCESS_KEY=…). The name must end right before the separator, so
+	// max_tokens=4096 and "input_tokens": 0 are left alone. A value already redacted by a
+	// pattern above is taken whole, so what follows it (the host of a URL) survives.
+	{[]string{"pass", "pwd", "secret", "token", "key", "credential"}, regexp.MustCompile(`(?i)\b((?:[a-z0-9]+[_\-.])*(?:password|passwd|pwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)(?:[_\-.][a-z0-9]+)*"?\s*[:=]\s*"?)(\[REDACTED[^\]]*\]|[^\s"'&,;]+)`), "${1}[REDACTED]"},
+}
+
+// Redact masks secrets in s: GitHub tokens (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_),
+// Anthropic (sk-ant-) and OpenAI (sk-) keys, AWS access key ids, Slack tokens and
+// webhooks, Google, Groq, Stripe, npm and GitLab keys, JWTs, PEM private keys (a cut-off
+// one to the end of s), Authorization headers and bearer tokens, passwords in URLs, and the
+// values of password=, secret:, api_key=, …_token= style assignments. It is idempotent and
+// errs on the side of masking: prose such as "password: see below" loses a word.
+func Redact(s string) string {
+	lower := strings.ToLower(s)
+	for _, p := range secretPatterns {
+		if !containsAny(lower, p.hints) {
+			continue
+		}
+		s = p.re.ReplaceAllString(s, p.repl)
+		lower = strings.ToLower(s)
+	}
+	return s
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// tailString returns at most limit bytes from the end of s, starting on a rune boundary.
+func tailString(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	i := len(s) - limit
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
+}
+
+// headString returns at most limit bytes from the start of s, ending on a rune boundary.
+func headString(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	i := limit
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
+}
+
+// redactTail returns the redacted tail of b, at most limit bytes. It redacts a wider window
+// than it keeps, after dropping the first (possibly cut) word, so a secret cut in half at
+// the window's edge is not left half visible; a key block whose BEGIN line fell off the
+// window is masked up to its END line.
+func redactTail(b []byte, limit int) string {
+	s := string(b)
+	if len(s) > 4*limit {
+		s = tailString(s, 4*limit)
+		if i := strings.IndexAny(s, " \t\r\n"); i >= 0 {
+			s = s[i+1:]
+		}
+	}
+	if end := pemEnd.FindStringIndex(s); end != nil && !pemBegin.MatchString(s[:end[0]]) {
+		s = redactedKey + s[end[1]:]
+	}
+	return tailString(strings.TrimSpace(Redact(s)), limit)
+}
+
+// excerpt is the redacted tail of an attempt's output for Result.Excerpt: stdout, and
+// stderr after it when there is any (stderr gets at least half when both are long).
+func excerpt(stdout, stderr []byte) string {
+	const sep = "\n--- stderr ---\n"
+	so := redactTail(stdout, MaxExcerptBytes)
+	se := redactTail(stderr, MaxExcerptBytes)
+	switch {
+	case se == "":
+		return so
+	case so == "":
+		return se
+	}
+	budget := MaxExcerptBytes - len(sep)
+	seMax := max(budget/2, budget-len(so))
+	se = tailString(se, seMax)
+	so = tailString(so, budget-len(se))
+	return so + sep + se
+}
+
+// bound returns s with its middle cut to keep it within limit bytes.
+func bound(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	const cut = " … "
+	h := (limit - len(cut)) / 2
+	return headString(s, h) + cut + tailString(s, limit-len(cut)-h)
+}

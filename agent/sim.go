@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/whilly-go/whilly/plan"
+)
+
+// SimConfig drives the sim agent.
+type SimConfig struct {
+	Delay    time.Duration // how long each run takes; 0 returns at once
+	Cost     plan.USD      // what each run, successful or not, costs
+	FailRate float64       // share of runs that fail, 0 … 1
+	Seed     uint64        // with the same seed, the same request fails or succeeds every time
+}
+
+func (c SimConfig) validate() error {
+	switch {
+	case math.IsNaN(c.FailRate) || c.FailRate < 0 || c.FailRate > 1:
+		return fmt.Errorf("fail rate %v is not between 0 and 1", c.FailRate)
+	case c.Cost < 0:
+		return errors.New("cost must not be negative")
+	case c.Delay < 0:
+		return errors.New("delay must not be negative")
+	}
+	return nil
+}
+
+// simAgent is no model at all, for demos, tests and benchmarks. It runs in process (no
+// fork, no pipes), so a benchmark measures whilly and not process start-up. Whether a run
+// fails is a pure function of the seed, the prompt and the environment (which holds the
+// task id and attempt), so runs are reproducible whatever the order workers take tasks in.
+// It honours the budget cap the way Claude Code does: a run that would cost more than the
+// cap is charged the cap and fails with budget_exceeded.
+type simAgent struct{ cfg SimConfig }
+
+func (a *simAgent) Name() string { return NameSim }
+
+func (a *simAgent) Run(ctx context.Context, req Request) (Result, error) {
+	start := time.Now()
+	if res, ok := noBudgetLeft(req); ok {
+		return res, nil
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	if err := ctx.Err(); err != nil {
+		return simStopped(ReasonCancelled, fmt.Sprintf("cancelled before start: %v", context.Cause(ctx)), start), nil
+	}
+	if a.cfg.Delay > 0 {
+		wait, timedOut := a.cfg.Delay, false
+		if timeout < wait {
+			wait, timedOut = timeout, true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return simStopped(ReasonCancelled, fmt.Sprintf("cancelled: %v", context.Cause(ctx)), start), nil
+		case <-t.C:
+		}
+		if timedOut {
+			return simStopped(ReasonTimeout, fmt.Sprintf("the simulated run takes %s, more than the %s timeout", a.cfg.Delay, timeout), start), nil
+		}
+	}
+
+	res := Result{Cost: a.cfg.Cost, CostReported: true, Turns: 1}
+	switch {
+	case req.BudgetCap != nil && a.cfg.Cost > *req.BudgetCap:
+		res.Cost = *req.BudgetCap
+		res.ExitCode, res.IsError, res.Reason = 1, true, ReasonBudgetExceeded
+		res.Text = fmt.Sprintf("whilly sim agent (a simulation, no model ran): a run costs %s USD, more than the %s USD cap; stopped at the cap.", a.cfg.Cost, *req.BudgetCap)
+		res.Detail = "simulated spending cap reached"
+	case a.fails(req):
+		res.ExitCode, res.IsError, res.Reason = 1, true, ReasonAgentError
+		res.Text = fmt.Sprintf("whilly sim agent (a simulation, no model ran): simulated failure (fail rate %g, seed %d).", a.cfg.FailRate, a.cfg.Seed)
+		res.Detail = "simulated failure"
+	default:
+		res.Text = "whilly sim agent: this is a simulation; no model ran and no file was changed.\n" + CompletionMarker
+		res.Complete = true
+	}
+	res.Excerpt = res.Text
+	res.Duration = time.Since(start)
+	if req.Log != nil {
+		_, _ = io.WriteString(req.Log, res.Text+"\n")
+	}
+	return res, nil
+}
+
+// fails decides a run from a hash of the seed, the prompt and the sorted environment.
+func (a *simAgent) fails(req Request) bool {
+	if a.cfg.FailRate <= 0 {
+		return false
+	}
+	if a.cfg.FailRate >= 1 {
+		return true
+	}
+	h := fnv.New64a()
+	var seed [8]byte
+	binary.LittleEndian.PutUint64(seed[:], a.cfg.Seed)
+	_, _ = h.Write(seed[:])
+	_, _ = io.WriteString(h, req.Prompt)
+	env := slices.Clone(req.Env)
+	slices.Sort(env)
+	for _, kv := range env {
+		_, _ = io.WriteString(h, "\x00"+kv)
+	}
+	// fnv's low bits mix poorly for near-identical inputs; finish with a 64-bit mixer.
+	x := mix64(h.Sum64())
+	return float64(x>>11)/(1<<53) < a.cfg.FailRate
+}
+
+// mix64 is the splitmix64 finaliser.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+func simStopped(reason, detail string, start time.Time) Result {
+	return Result{ExitCode: -1, CostReported: true, Reason: reason, Detail: detail, Duration: time.Since(start)}
+}
