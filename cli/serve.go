@@ -85,6 +85,8 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 		MetricsToken:   a.env("WHILLY_METRICS_TOKEN"),
 	})
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Shutdown does not cancel requests in flight: end long-polls and streams at once.
+	hs.RegisterOnShutdown(srv.Drain)
 	cp := &controlPlane{srv: hs, done: make(chan error, 1), cancel: cancel, stop: rc.Stop}
 	go func() { cp.done <- hs.Serve(ln) }()
 	return cp, nil

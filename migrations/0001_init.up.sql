@@ -105,12 +105,13 @@ CREATE TRIGGER events_append_only_truncate
 -- Every event wakes listeners (SSE, long-polling claims) through the database, never
 -- through process memory, so any number of control-plane replicas see it. One NOTIFY per
 -- statement and (plan, type): a 10,000-task import sends one, not 10,000. id is the
--- highest event id of the group; task_id is set when the group holds one event.
+-- highest event id of the group, min_id the lowest; task_id is set when the group holds
+-- one event.
 CREATE FUNCTION whilly_events_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('whilly_events', json_build_object(
-        'id', max(id), 'plan_id', plan_id, 'type', type, 'count', count(*),
+        'id', max(id), 'min_id', min(id), 'plan_id', plan_id, 'type', type, 'count', count(*),
         'task_id', CASE WHEN count(*) = 1 THEN min(task_id) END)::text)
     FROM new_events
     GROUP BY plan_id, type;

@@ -64,7 +64,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
 			return fmt.Errorf("read plan %s of claimed task: %w", t.PlanID, err)
 		}
 		c = &Claim{Task: t, Lease: LeaseInfo{ID: t.LeaseID, ExpiresAt: *t.LeaseExpiresAt}, Plan: pi}
-		return nil
+		return s.changed(ctx, tx, t.PlanID)
 	})
 	if err != nil {
 		return nil, err
@@ -136,7 +136,10 @@ func (s *Store) Start(ctx context.Context, l Lease) (TaskInfo, error) {
 		if out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, `status = 'IN_PROGRESS'`); err != nil {
 			return err
 		}
-		return insertEvent(ctx, tx, l.PlanID, l.TaskID, EventStart, map[string]any{"worker_id": l.WorkerID, "attempt": t.Attempts}, nil)
+		if err := insertEvent(ctx, tx, l.PlanID, l.TaskID, EventStart, map[string]any{"worker_id": l.WorkerID, "attempt": t.Attempts}, nil); err != nil {
+			return err
+		}
+		return s.changed(ctx, tx, l.PlanID)
 	})
 	return out, err
 }
@@ -211,6 +214,12 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 		if err := insertEvent(ctx, tx, l.PlanID, l.TaskID, string(outcome), payload, rawOrNil(in.Detail)); err != nil {
 			return err
 		}
+		if h := s.cfg.Hooks.TaskFailed; h != nil {
+			f := TaskFailure{PlanID: l.PlanID, TaskID: l.TaskID, Attempt: t.Attempts, Reason: in.Reason, Final: outcome == plan.TransitionFail}
+			if err := h(ctx, tx, f); err != nil {
+				return fmt.Errorf("task failed hook: %w", err)
+			}
+		}
 		return s.chargeAndSettle(ctx, tx, l.PlanID, l.TaskID, in.Cost)
 	})
 	return out, err
@@ -240,7 +249,10 @@ func (s *Store) Release(ctx context.Context, l Lease, reason string) (TaskInfo, 
 		if err != nil {
 			return err
 		}
-		return insertEvent(ctx, tx, l.PlanID, l.TaskID, EventRelease, map[string]any{"worker_id": l.WorkerID, "reason": reason}, nil)
+		if err := insertEvent(ctx, tx, l.PlanID, l.TaskID, EventRelease, map[string]any{"worker_id": l.WorkerID, "reason": reason}, nil); err != nil {
+			return err
+		}
+		return s.changed(ctx, tx, l.PlanID)
 	})
 	return out, err
 }
@@ -309,7 +321,10 @@ func (s *Store) chargeAndSettle(ctx context.Context, tx pgx.Tx, planID, taskID s
 		}
 		status = plan.PlanPaused
 	}
-	return settlePlan(ctx, tx, planID, status)
+	if err := settlePlan(ctx, tx, planID, status); err != nil {
+		return err
+	}
+	return s.changed(ctx, tx, planID)
 }
 
 func budgetPtr(b *int64) *plan.USD {

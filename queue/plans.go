@@ -100,8 +100,13 @@ func (s *Store) Import(ctx context.Context, p *plan.Plan, opts ImportOptions) (I
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		res, err = importTx(ctx, tx, p, opts)
-		return err
+		if res, err = importTx(ctx, tx, p, opts); err != nil {
+			return err
+		}
+		if !res.PlanCreated && res.TasksCreated == 0 {
+			return nil
+		}
+		return s.changed(ctx, tx, p.ID)
 	})
 	if err != nil {
 		return ImportResult{}, err
@@ -308,7 +313,10 @@ func (s *Store) Apply(ctx context.Context, p *plan.Plan, strict bool, opts Impor
 			"tasks_count": len(p.Tasks), "allowed_count": res.Allowed, "warned_count": res.Warned,
 			"rejected_count": res.Rejected, "skipped_count": res.Skipped, "strict": strict,
 		}
-		return insertEvent(ctx, tx, p.ID, "", EventPlanApplied, payload, nil)
+		if err := insertEvent(ctx, tx, p.ID, "", EventPlanApplied, payload, nil); err != nil {
+			return err
+		}
+		return s.changed(ctx, tx, p.ID)
 	})
 	if err != nil {
 		return ApplyResult{}, err
@@ -410,6 +418,19 @@ func (s *Store) GetPlan(ctx context.Context, id string) (PlanInfo, error) {
 		return pi, fmt.Errorf("get plan %s: %w", id, err)
 	}
 	return pi, nil
+}
+
+// PlanStatus returns a plan's status alone (cheap: no task counts).
+func (s *Store) PlanStatus(ctx context.Context, id string) (plan.PlanStatus, error) {
+	var st plan.PlanStatus
+	err := s.pool.QueryRow(ctx, `SELECT status FROM plans WHERE id = $1`, id).Scan(&st)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, fmt.Errorf("plan %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return st, fmt.Errorf("get status of plan %s: %w", id, err)
+	}
+	return st, nil
 }
 
 // PlanPage selects a page of plans ordered by id: those after the cursor After.
@@ -559,7 +580,10 @@ func (s *Store) ResetPlan(ctx context.Context, planID string, hard bool) (ResetR
 			WHERE id = $1 AND status <> 'ACTIVE'`, planID); err != nil {
 			return fmt.Errorf("reactivate plan %s: %w", planID, err)
 		}
-		return insertEvent(ctx, tx, planID, "", EventPlanReset, map[string]any{"tasks_reset": res.Reset, "from": status}, nil)
+		if err := insertEvent(ctx, tx, planID, "", EventPlanReset, map[string]any{"tasks_reset": res.Reset, "from": status}, nil); err != nil {
+			return err
+		}
+		return s.changed(ctx, tx, planID)
 	})
 	if err != nil {
 		return ResetResult{}, err
@@ -595,7 +619,10 @@ func (s *Store) SetBudget(ctx context.Context, planID string, budget *plan.USD) 
 			oldUSD = &o
 		}
 		payload := map[string]any{"from": usdParam(oldUSD), "to": usdParam(budget), "spent_usd": plan.USD(spent).String(), "resumed": resume}
-		return insertEvent(ctx, tx, planID, "", EventPlanBudgetRaised, payload, nil)
+		if err := insertEvent(ctx, tx, planID, "", EventPlanBudgetRaised, payload, nil); err != nil {
+			return err
+		}
+		return s.changed(ctx, tx, planID)
 	})
 	if err != nil {
 		return PlanInfo{}, err

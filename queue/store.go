@@ -33,6 +33,41 @@ type Config struct {
 	LeaseTTL    time.Duration // default 60 s
 	BackoffBase time.Duration // default 10 s
 	BackoffMax  time.Duration // default 10 min
+	Hooks       Hooks
+}
+
+// Hooks let other packages act inside the store's transactions — typically to insert a
+// River job (InsertTx) that must exist exactly when the state change commits. A hook's
+// error rolls the change back.
+type Hooks struct {
+	// PlanChanged runs once per touched plan in every transaction that changes a plan or
+	// one of its tasks (the GitHub mirror).
+	PlanChanged func(ctx context.Context, tx pgx.Tx, planID string) error
+	// TaskFailed runs in the transaction of every failed attempt, retried or final (the
+	// TRIZ analyzer).
+	TaskFailed func(ctx context.Context, tx pgx.Tx, f TaskFailure) error
+}
+
+// TaskFailure describes a failed attempt to the TaskFailed hook.
+type TaskFailure struct {
+	PlanID  string
+	TaskID  string
+	Attempt int
+	Reason  string
+	Final   bool // no attempt left: the task is FAILED
+}
+
+// changed runs the PlanChanged hook for each plan.
+func (s *Store) changed(ctx context.Context, tx pgx.Tx, planIDs ...string) error {
+	if s.cfg.Hooks.PlanChanged == nil {
+		return nil
+	}
+	for _, id := range planIDs {
+		if err := s.cfg.Hooks.PlanChanged(ctx, tx, id); err != nil {
+			return fmt.Errorf("plan %s changed hook: %w", id, err)
+		}
+	}
+	return nil
 }
 
 func (c Config) withDefaults() Config {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,18 +130,26 @@ func (s *Store) RevokeWorker(ctx context.Context, id string) (int, error) {
 			}
 			return nil
 		}
-		return tx.QueryRow(ctx, `
+		rows, err := tx.Query(ctx, `
 			WITH r AS (
 				UPDATE tasks SET status = 'PENDING', lease_id = NULL, lease_expires_at = NULL, claimed_by = NULL,
 				       attempts = greatest(attempts - 1, 0), version = version + 1, updated_at = now()
 				WHERE claimed_by = $1 AND status IN ('CLAIMED', 'IN_PROGRESS')
 				RETURNING plan_id, id
-			), ev AS (
-				INSERT INTO events (plan_id, task_id, type, payload)
-				SELECT plan_id, id, 'RELEASE', jsonb_build_object('worker_id', $1::text, 'reason', 'worker_revoked') FROM r
-				RETURNING 1
 			)
-			SELECT count(*) FROM ev`, id).Scan(&released)
+			INSERT INTO events (plan_id, task_id, type, payload)
+			SELECT plan_id, id, 'RELEASE', jsonb_build_object('worker_id', $1::text, 'reason', 'worker_revoked') FROM r
+			RETURNING plan_id`, id)
+		if err != nil {
+			return fmt.Errorf("release tasks of worker %s: %w", id, err)
+		}
+		plans, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("release tasks of worker %s: %w", id, err)
+		}
+		released = len(plans)
+		slices.Sort(plans)
+		return s.changed(ctx, tx, slices.Compact(plans)...)
 	})
 	if err != nil {
 		return 0, err
@@ -271,7 +280,10 @@ func (s *Store) ReapExpiredLeases(ctx context.Context) (int, error) {
 			if n == 0 {
 				return nil
 			}
-			return settlePlan(ctx, tx, planID, st)
+			if err := settlePlan(ctx, tx, planID, st); err != nil {
+				return err
+			}
+			return s.changed(ctx, tx, planID)
 		})
 		if err != nil {
 			return total, err
@@ -334,12 +346,15 @@ func (s *Store) CancelPlan(ctx context.Context, planID, reason string) (int, err
 			return fmt.Errorf("cancel tasks of plan %s: %w", planID, err)
 		}
 		if st == plan.PlanCancelled || st == plan.PlanDone {
-			return nil
+			return s.changed(ctx, tx, planID)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'CANCELLED', pause_reason = NULL, updated_at = now() WHERE id = $1`, planID); err != nil {
 			return fmt.Errorf("cancel plan %s: %w", planID, err)
 		}
-		return insertEvent(ctx, tx, planID, "", EventPlanCancelled, map[string]any{"from": st, "reason": reason, "tasks": n}, nil)
+		if err := insertEvent(ctx, tx, planID, "", EventPlanCancelled, map[string]any{"from": st, "reason": reason, "tasks": n}, nil); err != nil {
+			return err
+		}
+		return s.changed(ctx, tx, planID)
 	})
 	return n, err
 }

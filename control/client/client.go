@@ -1,0 +1,465 @@
+// Package client is the typed Go client of whilly's control-plane HTTP API (SPEC §10),
+// used by the worker, the CLI and the GitHub Action, and it owns the API's wire types,
+// which the server reuses. It must import only the standard library and package plan: the
+// slim worker binary depends on it, so no pgx, River, chi or ghinstallation may enter its
+// import graph (a test checks).
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/whilly-go/whilly/plan"
+)
+
+// Options tunes a Client. Zero values take the defaults.
+type Options struct {
+	// HTTPClient sends the requests; default a client of its own with no overall timeout
+	// (every call sets its own deadline).
+	HTTPClient *http.Client
+	// Timeout bounds each call except long-poll claims (wait + ClaimSlack) and event
+	// streams (the caller's ctx only); default 30 s.
+	Timeout time.Duration
+	// ClaimSlack is added to a claim's wait for its deadline; default 15 s.
+	ClaimSlack time.Duration
+	// Insecure allows plain http:// to a host that is not loopback.
+	Insecure bool
+	// UserAgent is sent with every request; default "whilly-client".
+	UserAgent string
+}
+
+// Client calls one control plane with one bearer token. It is safe for concurrent use.
+type Client struct {
+	base  *url.URL
+	token string
+	http  *http.Client
+	opts  Options
+}
+
+// New returns a client of the control plane at baseURL (scheme, host and an optional path
+// prefix). Plain http:// is refused unless the host is loopback (localhost, 127.0.0.0/8,
+// ::1) or opts.Insecure is set: tokens must not cross a network in clear text.
+func New(baseURL, token string, opts Options) (*Client, error) {
+	u, err := url.Parse(strings.TrimSpace(baseURL))
+	if err != nil {
+		return nil, fmt.Errorf("parse control-plane URL: %w", err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("control-plane URL %q must start with https:// or http://", baseURL)
+	case u.Host == "" || u.Hostname() == "":
+		return nil, fmt.Errorf("control-plane URL %q has no host", baseURL)
+	case u.User != nil:
+		return nil, errors.New("control-plane URL must not carry credentials; pass the token instead")
+	case u.RawQuery != "" || u.Fragment != "":
+		return nil, fmt.Errorf("control-plane URL %q must not have a query or fragment", baseURL)
+	case u.Scheme == "http" && !opts.Insecure && !isLoopback(u.Hostname()):
+		return nil, fmt.Errorf("refusing plain http:// to %s, which is not a loopback host: use https:// or pass --insecure", u.Hostname())
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("control-plane URL %q has an invalid port", baseURL)
+		}
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = strings.TrimRight(u.RawPath, "/")
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	if opts.ClaimSlack <= 0 {
+		opts.ClaimSlack = 15 * time.Second
+	}
+	if opts.UserAgent == "" {
+		opts.UserAgent = "whilly-client"
+	}
+	hc := opts.HTTPClient
+	if hc == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 8
+		hc = &http.Client{Transport: t}
+	}
+	return &Client{base: u, token: token, http: hc, opts: opts}, nil
+}
+
+// WithToken returns a client of the same control plane that presents token instead
+// (after Register, for instance).
+func (c *Client) WithToken(token string) *Client {
+	cp := *c
+	cp.token = token
+	return &cp
+}
+
+// BaseURL returns the control plane's URL.
+func (c *Client) BaseURL() string { return c.base.String() }
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Error is a non-2xx answer of the control plane.
+type Error struct {
+	Status  int    // HTTP status
+	Code    string // ErrorBody.Error, e.g. CodeLeaseLost
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("control plane answered %d %s", e.Status, e.Code)
+	}
+	return fmt.Sprintf("control plane answered %d: %s", e.Status, e.Message)
+}
+
+// StatusOf returns the HTTP status of err when it is (or wraps) an *Error, else 0.
+func StatusOf(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status
+	}
+	return 0
+}
+
+// IsBadRequest reports a 400, 413 or 422: the request cannot succeed as it is.
+func IsBadRequest(err error) bool {
+	s := StatusOf(err)
+	return s == http.StatusBadRequest || s == http.StatusRequestEntityTooLarge || s == http.StatusUnprocessableEntity
+}
+
+// IsUnauthorized reports a 401: the token is missing, unknown, revoked or expired.
+func IsUnauthorized(err error) bool { return StatusOf(err) == http.StatusUnauthorized }
+
+// IsForbidden reports a 403: the token is valid but not allowed to do this.
+func IsForbidden(err error) bool { return StatusOf(err) == http.StatusForbidden }
+
+// IsNotFound reports a 404.
+func IsNotFound(err error) bool { return StatusOf(err) == http.StatusNotFound }
+
+// IsConflict reports a 409: a stale lease (CodeLeaseLost) or a state that does not allow
+// the change. Nothing was changed.
+func IsConflict(err error) bool { return StatusOf(err) == http.StatusConflict }
+
+// IsLeaseLost reports a 409 whose code is CodeLeaseLost: stop working on the task.
+func IsLeaseLost(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusConflict && e.Code == CodeLeaseLost
+}
+
+// IsServerError reports a 5xx, worth retrying later.
+func IsServerError(err error) bool { return StatusOf(err) >= 500 }
+
+// pathOf joins escaped path segments: ids may contain "/" and ":", and each becomes one
+// segment ("a/b" is sent as "a%2Fb").
+func pathOf(segments ...string) string {
+	var b strings.Builder
+	for _, s := range segments {
+		b.WriteByte('/')
+		b.WriteString(url.PathEscape(s))
+	}
+	return b.String()
+}
+
+// endpoint builds the URL of an escaped path (from pathOf) and query.
+func (c *Client) endpoint(escPath string, q url.Values) (string, error) {
+	full := c.base.EscapedPath() + escPath
+	u := *c.base
+	p, err := url.PathUnescape(full)
+	if err != nil {
+		return "", fmt.Errorf("build request path: %w", err)
+	}
+	u.Path, u.RawPath = p, full
+	if len(q) > 0 {
+		u.RawQuery = q.Encode()
+	}
+	return u.String(), nil
+}
+
+// call sends one request with a JSON body (unless in is nil) and decodes a JSON answer
+// into out (unless out is nil). It returns the status; a non-2xx status is an *Error.
+func (c *Client) call(ctx context.Context, timeout time.Duration, method, escPath string, q url.Values, in, out any) (int, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	resp, err := c.send(ctx, method, escPath, q, in, "application/json", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNoContent {
+		return resp.StatusCode, nil
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode answer of %s %s: %w", method, escPath, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// send issues a request; a non-2xx answer is turned into an *Error (and its body closed).
+func (c *Client) send(ctx context.Context, method, escPath string, q url.Values, in any, accept string, header http.Header) (*http.Response, error) {
+	target, err := c.endpoint(escPath, q)
+	if err != nil {
+		return nil, err
+	}
+	var body io.Reader
+	if in != nil {
+		switch v := in.(type) {
+		case []byte:
+			body = bytes.NewReader(v)
+		default:
+			b, err := json.Marshal(in)
+			if err != nil {
+				return nil, fmt.Errorf("encode %s %s request: %w", method, escPath, err)
+			}
+			body = bytes.NewReader(b)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return nil, fmt.Errorf("build %s %s request: %w", method, escPath, err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", c.opts.UserAgent)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, escPath, err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, decodeError(resp)
+}
+
+func decodeError(resp *http.Response) error {
+	e := &Error{Status: resp.StatusCode}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10)) // best effort: the status says enough
+	var body ErrorBody
+	if json.Unmarshal(data, &body) == nil && body.Error != "" {
+		e.Code, e.Message = body.Error, body.Message
+	} else {
+		e.Code = strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_"))
+	}
+	return e
+}
+
+// Register registers a worker; the client's token must be the bootstrap token or an
+// admin token. Use WithToken(resp.Token) for the worker's own calls.
+func (c *Client) Register(ctx context.Context, req RegisterRequest) (RegisterResponse, error) {
+	var out RegisterResponse
+	_, err := c.call(ctx, c.opts.Timeout, http.MethodPost, "/v1/workers/register", nil, req, &out)
+	if err != nil {
+		return out, fmt.Errorf("register worker: %w", err)
+	}
+	return out, nil
+}
+
+// Heartbeat extends the worker's leases and learns which tasks to abandon.
+func (c *Client) Heartbeat(ctx context.Context, workerID string, req HeartbeatRequest) (HeartbeatResponse, error) {
+	if req.Tasks == nil {
+		req.Tasks = []HeldLease{}
+	}
+	var out HeartbeatResponse
+	_, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "workers", workerID, "heartbeat"), nil, req, &out)
+	if err != nil {
+		return out, fmt.Errorf("heartbeat of worker %s: %w", workerID, err)
+	}
+	return out, nil
+}
+
+// Claim asks for the next claimable task, waiting up to req.WaitSeconds for one. It
+// returns nil, nil when none came.
+func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
+	wait := time.Duration(min(max(req.WaitSeconds, 0), 3600) * float64(time.Second))
+	var out Claim
+	status, err := c.call(ctx, wait+c.opts.ClaimSlack, http.MethodPost, "/v1/tasks/claim", nil, req, &out)
+	if err != nil {
+		return nil, fmt.Errorf("claim task: %w", err)
+	}
+	if status == http.StatusNoContent {
+		return nil, nil
+	}
+	return &out, nil
+}
+
+func (c *Client) transition(ctx context.Context, op, planID, taskID string, req any) (Task, error) {
+	var out Task
+	_, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "plans", planID, "tasks", taskID, op), nil, req, &out)
+	if err != nil {
+		return out, fmt.Errorf("%s task %s of plan %s: %w", op, taskID, planID, err)
+	}
+	return out, nil
+}
+
+// Start moves the claimed task to IN_PROGRESS.
+func (c *Client) Start(ctx context.Context, planID, taskID string, req LeaseRequest) (Task, error) {
+	return c.transition(ctx, "start", planID, taskID, req)
+}
+
+// Complete marks the task DONE and charges its cost.
+func (c *Client) Complete(ctx context.Context, planID, taskID string, req CompleteRequest) (Task, error) {
+	return c.transition(ctx, "complete", planID, taskID, req)
+}
+
+// Fail records a failed attempt and charges its cost; the task retries or fails.
+func (c *Client) Fail(ctx context.Context, planID, taskID string, req FailRequest) (Task, error) {
+	return c.transition(ctx, "fail", planID, taskID, req)
+}
+
+// Release hands the task back to the queue without counting the attempt.
+func (c *Client) Release(ctx context.Context, planID, taskID string, req LeaseRequest) (Task, error) {
+	return c.transition(ctx, "release", planID, taskID, req)
+}
+
+// TaskEvent appends a progress or log event to the task the lease holds.
+func (c *Client) TaskEvent(ctx context.Context, planID, taskID string, req TaskEventRequest) (Event, error) {
+	var out Event
+	_, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "plans", planID, "tasks", taskID, "events"), nil, req, &out)
+	if err != nil {
+		return out, fmt.Errorf("append event to task %s of plan %s: %w", taskID, planID, err)
+	}
+	return out, nil
+}
+
+// PlanQuery selects a page of plans.
+type PlanQuery struct {
+	After  string // the cursor: NextCursor of the previous page
+	Limit  int    // default 50, at most 500
+	Status plan.PlanStatus
+}
+
+// ListPlans returns a page of plans ordered by id.
+func (c *Client) ListPlans(ctx context.Context, q PlanQuery) (PlanList, error) {
+	v := url.Values{}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Status != "" {
+		v.Set("status", string(q.Status))
+	}
+	var out PlanList
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, "/v1/plans", v, nil, &out); err != nil {
+		return out, fmt.Errorf("list plans: %w", err)
+	}
+	return out, nil
+}
+
+// ImportPlan imports a plan file (admin). Importing is idempotent; strict applies the
+// decision gate, turning rejected tasks SKIPPED.
+func (c *Client) ImportPlan(ctx context.Context, planFile []byte, strict bool) (ImportResponse, error) {
+	var v url.Values
+	if strict {
+		v = url.Values{"strict": {"true"}}
+	}
+	var out ImportResponse
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodPost, "/v1/plans", v, planFile, &out); err != nil {
+		return out, fmt.Errorf("import plan: %w", err)
+	}
+	return out, nil
+}
+
+// GetPlan returns one plan.
+func (c *Client) GetPlan(ctx context.Context, planID string) (Plan, error) {
+	var out Plan
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, pathOf("v1", "plans", planID), nil, nil, &out); err != nil {
+		return out, fmt.Errorf("get plan %s: %w", planID, err)
+	}
+	return out, nil
+}
+
+// PatchPlan changes a plan's budget or cancels it (admin) and returns the plan.
+func (c *Client) PatchPlan(ctx context.Context, planID string, req PatchPlanRequest) (Plan, error) {
+	var out Plan
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodPatch, pathOf("v1", "plans", planID), nil, req, &out); err != nil {
+		return out, fmt.Errorf("change plan %s: %w", planID, err)
+	}
+	return out, nil
+}
+
+// ListTasks returns every task of a plan in file order.
+func (c *Client) ListTasks(ctx context.Context, planID string) ([]Task, error) {
+	var out TaskList
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, pathOf("v1", "plans", planID, "tasks"), nil, nil, &out); err != nil {
+		return nil, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	return out.Tasks, nil
+}
+
+// ListWorkers returns every registered worker.
+func (c *Client) ListWorkers(ctx context.Context) ([]Worker, error) {
+	var out WorkerList
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, "/v1/workers", nil, nil, &out); err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return out.Workers, nil
+}
+
+// EventQuery selects a page of events.
+type EventQuery struct {
+	PlanID string
+	After  int64 // events with a larger id
+	Limit  int   // default 100, at most 1000
+}
+
+// ListEvents returns a page of events in id order.
+func (c *Client) ListEvents(ctx context.Context, q EventQuery) (EventList, error) {
+	v := url.Values{}
+	if q.PlanID != "" {
+		v.Set("plan_id", q.PlanID)
+	}
+	if q.After > 0 {
+		v.Set("after", strconv.FormatInt(q.After, 10))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	var out EventList
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, "/v1/events", v, nil, &out); err != nil {
+		return out, fmt.Errorf("list events: %w", err)
+	}
+	return out, nil
+}
+
+// Healthz checks that the control plane answers (no database involved).
+func (c *Client) Healthz(ctx context.Context) error {
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, "/healthz", nil, nil, nil); err != nil {
+		return fmt.Errorf("check control-plane health: %w", err)
+	}
+	return nil
+}
+
+// Readyz checks that the control plane reaches its database and LISTEN connection.
+func (c *Client) Readyz(ctx context.Context) error {
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, "/readyz", nil, nil, nil); err != nil {
+		return fmt.Errorf("check control-plane readiness: %w", err)
+	}
+	return nil
+}

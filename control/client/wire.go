@@ -1,0 +1,291 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/whilly-go/whilly/plan"
+)
+
+// The wire types of the control-plane API (SPEC §10): snake_case JSON, shared by the
+// server (package control) and every client. Money travels as exact JSON numbers through
+// plan.USD (0.013, never a float sum). Fields may be added; never rename one.
+
+// RegisterRequest registers a worker (POST /v1/workers/register, bootstrap token).
+type RegisterRequest struct {
+	Hostname string   `json:"hostname"`
+	Labels   []string `json:"labels,omitempty"`
+}
+
+// RegisterResponse carries the new worker's id and its token, shown this once.
+type RegisterResponse struct {
+	WorkerID string   `json:"worker_id"`
+	Token    string   `json:"token"`
+	Labels   []string `json:"labels"`
+}
+
+// HeldLease names a task the worker believes it holds.
+type HeldLease struct {
+	PlanID  string `json:"plan_id"`
+	TaskID  string `json:"task_id"`
+	LeaseID string `json:"lease_id"`
+}
+
+// HeartbeatRequest lists the leases the worker holds (POST /v1/workers/{id}/heartbeat).
+type HeartbeatRequest struct {
+	Tasks []HeldLease `json:"tasks"`
+}
+
+// CancelNotice tells a worker to abandon a task it holds.
+type CancelNotice struct {
+	PlanID string `json:"plan_id"`
+	TaskID string `json:"task_id"`
+	Reason string `json:"reason"` // cancelled, lease_lost
+}
+
+// HeartbeatResponse is the new expiry of the worker's leases and the tasks to abandon.
+type HeartbeatResponse struct {
+	LeaseExpiresAt time.Time      `json:"lease_expires_at"`
+	Cancel         []CancelNotice `json:"cancel"`
+}
+
+// ClaimRequest asks for the next claimable task (POST /v1/tasks/claim), of one plan when
+// PlanID is set, waiting up to WaitSeconds (capped by the server) for one to appear.
+type ClaimRequest struct {
+	PlanID      string  `json:"plan_id,omitempty"`
+	WaitSeconds float64 `json:"wait_seconds"`
+}
+
+// Claim is a claimed task with its lease and its plan.
+type Claim struct {
+	Task  Task  `json:"task"`
+	Lease Lease `json:"lease"`
+	Plan  Plan  `json:"plan"`
+}
+
+// Lease is the fencing token of a claim; it expires at ExpiresAt unless heartbeats extend it.
+type Lease struct {
+	ID        string    `json:"id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Task is a task's plan-file fields and runtime state.
+type Task struct {
+	PlanID             string        `json:"plan_id"`
+	ID                 string        `json:"id"`
+	Status             plan.Status   `json:"status"`
+	Priority           plan.Priority `json:"priority"`
+	Description        string        `json:"description"`
+	Dependencies       []string      `json:"dependencies"`
+	KeyFiles           []string      `json:"key_files"`
+	AcceptanceCriteria []string      `json:"acceptance_criteria"`
+	TestSteps          []string      `json:"test_steps"`
+	PRDRequirement     string        `json:"prd_requirement"`
+	Labels             []string      `json:"labels"`
+	Gate               plan.Verdict  `json:"gate"`
+	// Attempt is the number of the attempt a claim starts (1 for the first); set in claims only.
+	Attempt        int        `json:"attempt,omitempty"`
+	Attempts       int        `json:"attempts"`
+	MaxAttempts    int        `json:"max_attempts"`
+	NotBefore      *time.Time `json:"not_before,omitempty"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	ClaimedBy      string     `json:"claimed_by,omitempty"`
+	Version        int        `json:"version"`
+	CostUSD        plan.USD   `json:"cost_usd"`
+	LastError      string     `json:"last_error,omitempty"`
+	Result         string     `json:"result,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+}
+
+// Verify is a plan verification command, run in the workspace after the agent.
+type Verify struct {
+	Name     string `json:"name"`
+	Command  string `json:"command"`
+	Required bool   `json:"required"`
+}
+
+// Plan is a plan's state, budget and task counts.
+type Plan struct {
+	ID             string          `json:"id"`
+	Name           string          `json:"name"`
+	Status         plan.PlanStatus `json:"status"`
+	PauseReason    string          `json:"pause_reason,omitempty"`
+	BudgetUSD      *plan.USD       `json:"budget_usd"`    // null: unlimited
+	SpentUSD       plan.USD        `json:"spent_usd"`     //
+	RemainingUSD   *plan.USD       `json:"remaining_usd"` // null: unlimited
+	Strict         bool            `json:"strict"`
+	Repo           string          `json:"repo,omitempty"`
+	GitHubIssueRef string          `json:"github_issue_ref,omitempty"`
+	Verify         []Verify        `json:"verify"`
+	// Counts are the plan's tasks by status; absent in claims.
+	Counts    map[plan.Status]int `json:"counts,omitempty"`
+	Total     int                 `json:"total"`
+	CreatedAt time.Time           `json:"created_at"`
+	UpdatedAt time.Time           `json:"updated_at"`
+}
+
+// LeaseRequest presents a lease: START and RELEASE (with an optional reason).
+type LeaseRequest struct {
+	LeaseID string `json:"lease_id"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// CompleteRequest reports a successful attempt and its cost.
+type CompleteRequest struct {
+	LeaseID string   `json:"lease_id"`
+	CostUSD plan.USD `json:"cost_usd"`
+	Result  string   `json:"result,omitempty"`
+}
+
+// FailRequest reports a failed attempt and its cost. Retryable nil means true.
+type FailRequest struct {
+	LeaseID   string          `json:"lease_id"`
+	CostUSD   plan.USD        `json:"cost_usd"`
+	Reason    string          `json:"reason"`
+	Retryable *bool           `json:"retryable,omitempty"`
+	Detail    json.RawMessage `json:"detail,omitempty"`
+}
+
+// TaskEventRequest appends a progress or log event (types agent.*, progress.*, log.*)
+// to the task the lease holds.
+type TaskEventRequest struct {
+	LeaseID string          `json:"lease_id"`
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Detail  json.RawMessage `json:"detail,omitempty"`
+}
+
+// Event is one entry of the audit log.
+type Event struct {
+	ID        int64           `json:"id"`
+	Type      string          `json:"type"`
+	PlanID    string          `json:"plan_id"`
+	TaskID    string          `json:"task_id,omitempty"`
+	Payload   json.RawMessage `json:"payload"`
+	Detail    json.RawMessage `json:"detail"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// EventList is a page of events; pass NextAfter as after to read on.
+type EventList struct {
+	Events    []Event `json:"events"`
+	NextAfter int64   `json:"next_after"`
+}
+
+// PlanList is a page of plans; NextCursor is empty on the last page.
+type PlanList struct {
+	Plans      []Plan `json:"plans"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// TaskList is every task of a plan, in file order.
+type TaskList struct {
+	Tasks []Task `json:"tasks"`
+}
+
+// ImportResult says what importing a plan file wrote.
+type ImportResult struct {
+	PlanID       string `json:"plan_id"`
+	PlanCreated  bool   `json:"plan_created"`
+	TasksCreated int    `json:"tasks_created"`
+	TasksTotal   int    `json:"tasks_total"`
+	// Skipped counts the tasks a strict import turned SKIPPED (decision gate).
+	Skipped int `json:"skipped,omitempty"`
+}
+
+// ImportResponse answers POST /v1/plans.
+type ImportResponse struct {
+	Import ImportResult `json:"import"`
+	Plan   Plan         `json:"plan"`
+}
+
+// PatchPlanRequest changes a plan (PATCH /v1/plans/{id}, admin): its budget, and/or its
+// status (only CANCELLED, which cancels every open task).
+type PatchPlanRequest struct {
+	BudgetUSD BudgetPatch     `json:"budget_usd,omitzero"`
+	Status    plan.PlanStatus `json:"status,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+}
+
+// BudgetPatch is a budget change: absent (the zero value), a cap, or null (unlimited).
+type BudgetPatch struct {
+	Set   bool
+	Limit *plan.USD // nil with Set: unlimited
+}
+
+// SetBudget returns a patch to the cap usd.
+func SetBudget(usd plan.USD) BudgetPatch { return BudgetPatch{Set: true, Limit: &usd} }
+
+// Unlimited returns a patch that removes the budget cap.
+func Unlimited() BudgetPatch { return BudgetPatch{Set: true} }
+
+// IsZero reports whether the patch leaves the budget alone (for omitzero).
+func (b BudgetPatch) IsZero() bool { return !b.Set }
+
+// MarshalJSON writes the cap, or null for unlimited.
+func (b BudgetPatch) MarshalJSON() ([]byte, error) {
+	if b.Limit == nil {
+		return []byte("null"), nil
+	}
+	return b.Limit.MarshalJSON()
+}
+
+// UnmarshalJSON reads a cap or null; either way the patch is set.
+func (b *BudgetPatch) UnmarshalJSON(data []byte) error {
+	b.Set = true
+	b.Limit = nil
+	if string(data) == "null" {
+		return nil
+	}
+	var u plan.USD
+	if err := u.UnmarshalJSON(data); err != nil {
+		return err
+	}
+	b.Limit = &u
+	return nil
+}
+
+// Worker is a registered worker.
+type Worker struct {
+	ID            string     `json:"id"`
+	Hostname      string     `json:"hostname"`
+	Labels        []string   `json:"labels"`
+	Status        string     `json:"status"`
+	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
+	RegisteredAt  time.Time  `json:"registered_at"`
+	RevokedAt     *time.Time `json:"revoked_at,omitempty"`
+}
+
+// WorkerList is every registered worker, newest first.
+type WorkerList struct {
+	Workers []Worker `json:"workers"`
+}
+
+// Health answers /healthz and /readyz.
+type Health struct {
+	Status   string `json:"status"` // ok, unavailable
+	Database *bool  `json:"database,omitempty"`
+	Listener *bool  `json:"listener,omitempty"`
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// Error codes of ErrorBody.Error. They are part of the API: never rename one.
+const (
+	CodeBadRequest       = "bad_request"        // 400: malformed JSON, unknown field, bad value
+	CodeUnauthorized     = "unauthorized"       // 401: missing, unknown, revoked or expired token
+	CodeForbidden        = "forbidden"          // 403: wrong role, or another worker's id
+	CodeNotFound         = "not_found"          // 404
+	CodeMethodNotAllowed = "method_not_allowed" // 405
+	CodeLeaseLost        = "lease_lost"         // 409: the lease is not the task's current one
+	CodeConflict         = "conflict"           // 409: the state does not allow the change
+	CodeTooLarge         = "body_too_large"     // 413
+	CodeInvalidPlan      = "invalid_plan"       // 422: plan validation problems, one per line
+	CodeInternal         = "internal"           // 500: the cause is in the server's log
+	CodeUnavailable      = "unavailable"        // 503
+)

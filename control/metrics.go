@@ -1,0 +1,264 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// metrics are the server's Prometheus metrics, in a registry of its own (never the
+// global one), so several servers can live in one process (tests).
+type metrics struct {
+	reg         *prometheus.Registry
+	claims      prometheus.Counter
+	completions prometheus.Counter
+	failures    *prometheus.CounterVec
+	claimWait   *prometheus.HistogramVec
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+
+	readyDesc, onlineDesc, budgetDesc, listenerDesc *prometheus.Desc
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		claims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "whilly_claims_total", Help: "Tasks handed out to workers.",
+		}),
+		completions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "whilly_completions_total", Help: "Tasks completed by workers.",
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whilly_failures_total", Help: "Failed attempts reported by workers, by reason class.",
+		}, []string{"reason_class"}),
+		claimWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "whilly_claim_wait_seconds",
+			Help:    "How long a claim request waited, by outcome (claimed, empty).",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60},
+		}, []string{"outcome"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whilly_http_requests_total", Help: "HTTP requests by route pattern, method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "whilly_http_request_duration_seconds", Help: "HTTP request duration by route pattern and method.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "method"}),
+		readyDesc: prometheus.NewDesc("whilly_ready_tasks",
+			"Claimable tasks per active plan (worker labels aside).", []string{"plan"}, nil),
+		onlineDesc: prometheus.NewDesc("whilly_workers_online",
+			"Workers whose status is online.", nil, nil),
+		budgetDesc: prometheus.NewDesc("whilly_budget_remaining_usd",
+			"Budget left per active or paused plan with a cap.", []string{"plan"}, nil),
+		listenerDesc: prometheus.NewDesc("whilly_listener_up",
+			"1 when the LISTEN connection is up.", nil, nil),
+	}
+	m.reg.MustRegister(m.claims, m.completions, m.failures, m.claimWait, m.requests, m.duration,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, c := range reasonClasses() {
+		m.failures.WithLabelValues(c) // export zeros, so rates work from the first failure
+	}
+	return m
+}
+
+// reasonClasses lists the label values of whilly_failures_total.
+func reasonClasses() []string {
+	return append(slices.Clone(failureClasses), "other")
+}
+
+// failureClasses are the failure reasons whilly's workers and agents report (see the
+// Reason constants of package agent), plus a few historical ones; anything else is
+// "other", so the label's cardinality stays bounded.
+var failureClasses = []string{"timeout", "cancelled", "exit_code", "no_completion_marker", "agent_error",
+	"malformed_output", "budget_exceeded", "max_turns", "verify_failed", "prompt_injection_blocked",
+	"agent_not_found", "lease_lost", "lease_expired", "diff_rejected", "workspace", "internal"}
+
+// gauges is a scrape's worth of store-derived metrics, computed with the request's context.
+type gauges []prometheus.Metric
+
+func (g gauges) Describe(chan<- *prometheus.Desc) {} // unchecked: the set of plans varies
+
+func (g gauges) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range g {
+		ch <- m
+	}
+}
+
+// storeGauges queries the store for the gauges of one scrape.
+func (s *Server) storeGauges(ctx context.Context) (gauges, error) {
+	m := s.metrics
+	var out gauges
+	ready, err := s.store.ReadyCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for planID, n := range ready {
+		out = append(out, prometheus.MustNewConstMetric(m.readyDesc, prometheus.GaugeValue, float64(n), planID))
+	}
+	workers, err := s.store.ListWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	online := 0
+	for _, w := range workers {
+		if w.Status == "online" {
+			online++
+		}
+	}
+	out = append(out, prometheus.MustNewConstMetric(m.onlineDesc, prometheus.GaugeValue, float64(online)))
+	for _, st := range []plan.PlanStatus{plan.PlanActive, plan.PlanPaused} {
+		for after := ""; ; {
+			plans, next, err := s.store.ListPlans(ctx, queue.PlanPage{After: after, Limit: 500, Status: st})
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range plans {
+				if rem := plan.Remaining(p.Budget, p.Spent); rem != nil {
+					out = append(out, prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, rem.Float64(), p.ID))
+				}
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
+	}
+	up := 0.0
+	if s.listener.Ready() {
+		up = 1
+	}
+	out = append(out, prometheus.MustNewConstMetric(m.listenerDesc, prometheus.GaugeValue, up))
+	return out, nil
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.MetricsToken != "" {
+		tok, ok := bearer(r)
+		if !ok || !equalSecret(tok, s.cfg.MetricsToken) {
+			s.writeError(w, r, errorf(http.StatusUnauthorized, codeUnauthorized, "The metrics token is missing or wrong."))
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	g, err := s.storeGauges(ctx)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("collect store metrics: %w", err))
+		return
+	}
+	scrape := prometheus.NewRegistry()
+	if err := scrape.Register(g); err != nil {
+		s.writeError(w, r, fmt.Errorf("register store metrics: %w", err))
+		return
+	}
+	promhttp.HandlerFor(prometheus.Gatherers{s.metrics.reg, scrape}, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, client.Health{Status: "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	db := s.store.Pool().Ping(ctx) == nil
+	ln := s.listener.Ready()
+	h := client.Health{Status: "ok", Database: &db, Listener: &ln}
+	status := http.StatusOK
+	if !db || !ln {
+		h.Status, status = "unavailable", http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, h)
+}
+
+// statusRecorder remembers the status a handler wrote. Unwrap lets
+// http.ResponseController reach Flush and SetWriteDeadline of the real writer.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+type statusKey struct{}
+
+// setStatus records a status that was never written (the caller left).
+func setStatus(r *http.Request, code int) {
+	if rec, ok := r.Context().Value(statusKey{}).(*statusRecorder); ok && rec.status == 0 {
+		rec.status = code
+	}
+}
+
+func routePattern(r *http.Request) string {
+	if rctx := chi.RouteContext(r.Context()); rctx != nil {
+		if p := rctx.RoutePattern(); p != "" {
+			return p
+		}
+	}
+	return "unmatched"
+}
+
+// instrument counts requests and their durations by route pattern (never the raw path,
+// which would make the label set unbounded).
+func (s *Server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		begin := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		r = r.WithContext(context.WithValue(r.Context(), statusKey{}, rec))
+		next.ServeHTTP(rec, r)
+		code := rec.status
+		if code == 0 {
+			code = http.StatusOK
+		}
+		route, method := routePattern(r), r.Method
+		switch method {
+		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+			http.MethodDelete, http.MethodOptions:
+		default:
+			method = "other" // any token may be sent as a method: keep the label set bounded
+		}
+		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+		s.metrics.duration.WithLabelValues(route, method).Observe(time.Since(begin).Seconds())
+	})
+}
+
+// recoverer turns a handler panic into a logged 500.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.writeError(w, r, fmt.Errorf("handler panic: %v", v))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,418 @@
+package control
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+var (
+	labelPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
+	uuidPattern  = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+)
+
+const (
+	maxLabels     = 32
+	maxIDBytes    = 512
+	maxHeldLeases = 1000
+	maxReason     = 4096
+)
+
+func (s *Server) register(w http.ResponseWriter, r *http.Request) {
+	var req client.RegisterRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req.Hostname = strings.TrimSpace(req.Hostname)
+	if req.Hostname == "" || len(req.Hostname) > 255 || strings.IndexFunc(req.Hostname, unicode.IsControl) >= 0 {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field hostname must be 1 to 255 printable characters."))
+		return
+	}
+	if len(req.Labels) > maxLabels {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "A worker may carry at most %d labels.", maxLabels))
+		return
+	}
+	for _, l := range req.Labels {
+		if !labelPattern.MatchString(l) {
+			s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Label %q must match %s.", l, labelPattern))
+			return
+		}
+	}
+	wk, token, err := s.store.RegisterWorker(r.Context(), req.Hostname, req.Labels)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.InfoContext(r.Context(), "worker registered", "worker_id", wk.ID, "hostname", wk.Hostname)
+	writeJSON(w, http.StatusCreated, client.RegisterResponse{WorkerID: wk.ID, Token: token, Labels: nonNil(wk.Labels)})
+}
+
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	id, err := param(r, "worker")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if id != p.worker.ID {
+		s.writeError(w, r, errorf(http.StatusForbidden, codeForbidden, "This token belongs to another worker."))
+		return
+	}
+	var req client.HeartbeatRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(req.Tasks) > maxHeldLeases {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "A heartbeat may list at most %d tasks.", maxHeldLeases))
+		return
+	}
+	held := make([]queue.Lease, 0, len(req.Tasks))
+	for _, t := range req.Tasks {
+		if t.PlanID == "" || t.TaskID == "" || len(t.PlanID) > maxIDBytes || len(t.TaskID) > maxIDBytes || !uuidPattern.MatchString(t.LeaseID) {
+			s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Each task needs plan_id, task_id and a UUID lease_id."))
+			return
+		}
+		held = append(held, queue.Lease{PlanID: t.PlanID, TaskID: t.TaskID, LeaseID: strings.ToLower(t.LeaseID), WorkerID: id})
+	}
+	res, err := s.store.Heartbeat(r.Context(), id, held)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := client.HeartbeatResponse{LeaseExpiresAt: res.LeaseExpiresAt, Cancel: []client.CancelNotice{}}
+	for _, c := range res.Cancel {
+		out.Cancel = append(out.Cancel, client.CancelNotice{PlanID: c.PlanID, TaskID: c.TaskID, Reason: c.Reason})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// wakesClaimers reports whether an event of type typ may have made a task claimable: a
+// new or returned task, a finished dependency, a plan resumed or given more budget, or a
+// listener resync (notifications may have been missed).
+func wakesClaimers(typ string) bool {
+	switch typ {
+	case queue.EventTaskCreated, queue.EventComplete, queue.EventRelease, queue.EventRetry, queue.EventReset,
+		queue.EventTaskSkipped, queue.EventPlanBudgetRaised, queue.EventPlanReset, "plan.resumed",
+		queue.EventPlanDone, queue.EventPlanFailed, queue.EventPlanCancelled, queue.EventPlanBudgetExceeded,
+		queue.NotificationResync:
+		return true
+	}
+	return false
+}
+
+func claimFilter(planID string) func(queue.Notification) bool {
+	return func(n queue.Notification) bool {
+		return wakesClaimers(n.Type) && (planID == "" || n.PlanID == planID)
+	}
+}
+
+const (
+	// retryFloor is the shortest wait for a not_before deadline; it doubles while such
+	// wake-ups find nothing (clock skew with the database, or a task blocked otherwise),
+	// up to retryCeiling, so a waiting claim can never spin.
+	retryFloor   = 20 * time.Millisecond
+	retryCeiling = time.Second
+	// degradedPoll bounds each wait while the LISTEN connection is down.
+	degradedPoll = time.Second
+)
+
+// claim hands out the next claimable task, long-polling up to wait_seconds. While it
+// waits it costs no database query: it sleeps until the listener reports an event that
+// can make a task claimable, the next retry backoff expires, or the deadline passes.
+func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
+	begin := time.Now()
+	p := principalFrom(r.Context())
+	var req client.ClaimRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.WaitSeconds < 0 {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field wait_seconds must not be negative."))
+		return
+	}
+	if len(req.PlanID) > maxIDBytes {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field plan_id is too long."))
+		return
+	}
+	wait := time.Duration(min(req.WaitSeconds, s.cfg.MaxClaimWait.Seconds()) * float64(time.Second))
+	deadline := begin.Add(wait)
+	if wait > 0 {
+		// The answer may come only at the deadline: keep the server's write timeout out of
+		// the way (an error means the writer has none to move).
+		_ = http.NewResponseController(w).SetWriteDeadline(deadline.Add(10 * time.Second))
+	}
+	c, err := s.waitForClaim(r.Context(), queue.ClaimRequest{WorkerID: p.worker.ID, PlanID: req.PlanID, Labels: p.worker.Labels}, deadline)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	waited := time.Since(begin).Seconds()
+	if c == nil {
+		s.metrics.claimWait.WithLabelValues("empty").Observe(waited)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if r.Context().Err() != nil {
+		// The worker left while its claim was being made: hand the task back now rather
+		// than after its lease expires.
+		l := queue.Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: p.worker.ID}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+		defer cancel()
+		if _, err := s.store.Release(ctx, l, "claimant_gone"); err != nil {
+			s.log.WarnContext(ctx, "release of an undelivered claim failed", "plan_id", l.PlanID, "task_id", l.TaskID, "error", err)
+		}
+		return
+	}
+	s.metrics.claims.Inc()
+	s.metrics.claimWait.WithLabelValues("claimed").Observe(waited)
+	out := client.Claim{Task: taskWire(c.Task), Lease: client.Lease{ID: c.Lease.ID, ExpiresAt: c.Lease.ExpiresAt}, Plan: planWire(c.Plan)}
+	out.Task.Attempt = c.Task.Attempts
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadline time.Time) (*queue.Claim, error) {
+	var wake <-chan queue.Notification
+	select {
+	case <-s.draining:
+		deadline = time.Now() // one attempt, no wait: this replica is going away
+	default:
+	}
+	if time.Until(deadline) > 0 {
+		// Subscribe before the first attempt, so that nothing appearing in between is missed.
+		ch, cancel := s.listener.Subscribe(claimFilter(req.PlanID))
+		defer cancel()
+		wake = ch
+	}
+	floor := retryFloor
+	for {
+		c, err := s.store.Claim(ctx, req)
+		if err != nil || c != nil {
+			return c, err
+		}
+		if req.PlanID != "" {
+			// A plan that does not exist, or has ended or paused, would otherwise make the
+			// worker wait in vain: say "nothing" now so a draining worker can stop.
+			st, err := s.store.PlanStatus(ctx, req.PlanID)
+			if err != nil {
+				return nil, err
+			}
+			if st != plan.PlanActive {
+				return nil, nil
+			}
+		}
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			return nil, nil
+		}
+		sleep, retryTimer := remaining, false
+		next, err := s.store.NextReadyAt(ctx, req.PlanID)
+		if err != nil {
+			return nil, err
+		}
+		if next != nil {
+			if d := max(time.Until(*next), floor); d < sleep {
+				sleep, retryTimer = d, true
+			}
+		}
+		if !s.listener.Ready() && degradedPoll < sleep {
+			sleep, retryTimer = degradedPoll, false
+		}
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-s.draining:
+			t.Stop()
+			return nil, nil
+		case <-wake:
+			t.Stop()
+			drain(wake)
+			floor = retryFloor
+		case <-t.C:
+			if retryTimer {
+				floor = min(floor*2, retryCeiling)
+			}
+		}
+	}
+}
+
+// drain empties a wake-up channel: one database check answers all of them.
+func drain(ch <-chan queue.Notification) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+// lease reads the plan and task ids from the path and builds the caller's lease.
+func lease(r *http.Request, leaseID string) (queue.Lease, error) {
+	planID, err := param(r, "plan")
+	if err != nil {
+		return queue.Lease{}, err
+	}
+	taskID, err := param(r, "task")
+	if err != nil {
+		return queue.Lease{}, err
+	}
+	if !uuidPattern.MatchString(leaseID) {
+		return queue.Lease{}, errorf(http.StatusBadRequest, codeBadRequest, "Field lease_id must be the UUID of the lease.")
+	}
+	p := principalFrom(r.Context())
+	return queue.Lease{PlanID: planID, TaskID: taskID, LeaseID: strings.ToLower(leaseID), WorkerID: p.worker.ID}, nil
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request) {
+	var req client.LeaseRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	l, err := lease(r, req.LeaseID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t, err := s.store.Start(r.Context(), l)
+	s.answerTask(w, r, t, err)
+}
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
+	var req client.CompleteRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	l, err := lease(r, req.LeaseID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t, err := s.store.Complete(r.Context(), l, queue.CompleteInput{Cost: req.CostUSD, Result: req.Result})
+	if err == nil {
+		s.metrics.completions.Inc()
+	}
+	s.answerTask(w, r, t, err)
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request) {
+	var req client.FailRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	l, err := lease(r, req.LeaseID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if strings.TrimSpace(req.Reason) == "" || len(req.Reason) > maxReason {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field reason must be 1 to %d bytes.", maxReason))
+		return
+	}
+	if len(req.Detail) > 0 && string(req.Detail) != "null" && req.Detail[0] != '{' {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field detail must be a JSON object."))
+		return
+	}
+	if string(req.Detail) == "null" {
+		req.Detail = nil
+	}
+	t, err := s.store.Fail(r.Context(), l, queue.FailInput{Cost: req.CostUSD, Reason: req.Reason, Retryable: req.Retryable, Detail: req.Detail})
+	if err == nil {
+		s.metrics.failures.WithLabelValues(reasonClass(req.Reason)).Inc()
+	}
+	s.answerTask(w, r, t, err)
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	var req client.LeaseRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	l, err := lease(r, req.LeaseID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(req.Reason) > maxReason {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field reason must be at most %d bytes.", maxReason))
+		return
+	}
+	t, err := s.store.Release(r.Context(), l, req.Reason)
+	s.answerTask(w, r, t, err)
+}
+
+func (s *Server) answerTask(w http.ResponseWriter, r *http.Request, t queue.TaskInfo, err error) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, taskWire(t))
+}
+
+func (s *Server) taskEvent(w http.ResponseWriter, r *http.Request) {
+	var req client.TaskEventRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	l, err := lease(r, req.LeaseID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if string(req.Payload) == "null" {
+		req.Payload = nil
+	}
+	if string(req.Detail) == "null" {
+		req.Detail = nil
+	}
+	ev, err := s.store.AppendTaskEvent(r.Context(), l, req.Type, req.Payload, req.Detail)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, eventWire(ev))
+}
+
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.store.ListWorkers(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := client.WorkerList{Workers: make([]client.Worker, 0, len(ws))}
+	for _, wk := range ws {
+		out.Workers = append(out.Workers, client.Worker{ID: wk.ID, Hostname: wk.Hostname, Labels: nonNil(wk.Labels),
+			Status: wk.Status, LastHeartbeat: wk.LastHeartbeat, RegisteredAt: wk.RegisteredAt, RevokedAt: wk.RevokedAt})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// reasonClass maps a free-form failure reason to a bounded set of metric label values:
+// the reason's leading word (before ":" or a space) when it is a known class, else "other".
+func reasonClass(reason string) string {
+	head := strings.ToLower(strings.TrimSpace(reason))
+	if i := strings.IndexAny(head, ": \t\n("); i >= 0 {
+		head = head[:i]
+	}
+	if slices.Contains(failureClasses, head) {
+		return head
+	}
+	return "other"
+}
