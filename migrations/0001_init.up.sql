@@ -51,6 +51,7 @@ CREATE TABLE tasks (
     version             integer     NOT NULL DEFAULT 0,
     cost_usd            numeric(14,6) NOT NULL DEFAULT 0 CHECK (cost_usd >= 0),
     last_error          text,
+    triz_finding        text,
     result              text,
     created_at          timestamptz NOT NULL DEFAULT now(),
     updated_at          timestamptz NOT NULL DEFAULT now(),

@@ -55,6 +55,7 @@ type TaskInfo struct {
 	Version            int           `json:"version"`
 	Cost               plan.USD      `json:"cost_usd"`
 	LastError          string        `json:"last_error,omitempty"`
+	TrizFinding        string        `json:"triz_finding,omitempty"`
 	Result             string        `json:"result,omitempty"`
 	CreatedAt          time.Time     `json:"created_at"`
 	UpdatedAt          time.Time     `json:"updated_at"`
@@ -420,6 +421,44 @@ func (s *Store) GetPlan(ctx context.Context, id string) (PlanInfo, error) {
 	return pi, nil
 }
 
+// Charge adds the cost of work done for a plan outside any task attempt — the planner,
+// the failure analyzer — to its spend, with a plan.charged event naming the source, and
+// pauses the plan if that crosses its budget, exactly like an attempt's cost.
+func (s *Store) Charge(ctx context.Context, planID string, cost plan.USD, source string, detail any) error {
+	if cost < 0 {
+		return fmt.Errorf("cost must not be negative: %w", ErrInvalid)
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := lockPlan(ctx, tx, planID); err != nil {
+			return err
+		}
+		payload := map[string]any{"source": source, "cost_usd": cost.String()}
+		if err := insertEvent(ctx, tx, planID, "", EventPlanCharged, payload, detail); err != nil {
+			return err
+		}
+		return s.chargeAndSettle(ctx, tx, planID, "", cost)
+	})
+}
+
+// SetTrizFinding records the failure analyzer's finding on a task, for its next
+// attempt's prompt, and writes the analyzer's event in the same transaction.
+func (s *Store) SetTrizFinding(ctx context.Context, planID, taskID, finding, eventType string, detail any) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE tasks SET triz_finding = NULLIF($3, ''), updated_at = now()
+			WHERE plan_id = $1 AND id = $2`, planID, taskID, finding)
+		if err != nil {
+			return fmt.Errorf("record finding on task %s of plan %s: %w", taskID, planID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("task %s of plan %s: %w", taskID, planID, ErrNotFound)
+		}
+		if err := insertEvent(ctx, tx, planID, taskID, eventType, nil, detail); err != nil {
+			return err
+		}
+		return s.changed(ctx, tx, planID)
+	})
+}
+
 // PlanStatus returns a plan's status alone (cheap: no task counts).
 func (s *Store) PlanStatus(ctx context.Context, id string) (plan.PlanStatus, error) {
 	var st plan.PlanStatus
@@ -466,7 +505,8 @@ func (s *Store) ListPlans(ctx context.Context, pg PlanPage) ([]PlanInfo, string,
 const taskColumns = `plan_id, id, status, priority, description, dependencies, key_files, acceptance_criteria,
 	test_steps, prd_requirement, labels, gate_verdict, gate_reasons, attempts, max_attempts, not_before,
 	coalesce(lease_id::text, ''), lease_expires_at, coalesce(claimed_by, ''), version,
-	(cost_usd * 1000000)::bigint, coalesce(last_error, ''), coalesce(result, ''), created_at, updated_at`
+	(cost_usd * 1000000)::bigint, coalesce(last_error, ''), coalesce(triz_finding, ''), coalesce(result, ''),
+	created_at, updated_at`
 
 func scanTask(row pgx.Row) (TaskInfo, error) { return scanTaskExtra(row) }
 
@@ -479,7 +519,7 @@ func scanTaskExtra(row pgx.Row, extra ...any) (TaskInfo, error) {
 	dest := []any{&t.PlanID, &t.ID, &t.Status, &t.Priority, &t.Description, &t.Dependencies, &t.KeyFiles,
 		&t.AcceptanceCriteria, &t.TestSteps, &t.PRDRequirement, &t.Labels, &t.Gate.Decision, &t.Gate.Reasons,
 		&t.Attempts, &t.MaxAttempts, &t.NotBefore, &t.LeaseID, &t.LeaseExpiresAt, &t.ClaimedBy, &t.Version,
-		&cost, &t.LastError, &t.Result, &t.CreatedAt, &t.UpdatedAt}
+		&cost, &t.LastError, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt}
 	err := row.Scan(append(dest, extra...)...)
 	t.Cost = plan.USD(cost)
 	return t, err

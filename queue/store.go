@@ -131,6 +131,7 @@ const (
 	EventPlanDone           = "plan.done"
 	EventPlanFailed         = "plan.failed"
 	EventPlanCancelled      = "plan.cancelled"
+	EventPlanCharged        = "plan.charged"
 	EventTaskCreated        = "task.created"
 	EventTaskSkipped        = "task.skipped"
 )

@@ -260,7 +260,7 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim) (agent.Result, er
 		KeyFiles: t.KeyFiles, AcceptanceCriteria: t.AcceptanceCriteria, TestSteps: t.TestSteps,
 		PRDRequirement: t.PRDRequirement, MaxAttempts: t.MaxAttempts,
 	}, t.Attempt)
-	in.PreviousError = t.LastError
+	in.PreviousError, in.TrizFinding = t.LastError, t.TrizFinding
 	prompt, err := agent.BuildPrompt(in)
 	if err != nil {
 		return agent.Result{}, err

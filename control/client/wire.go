@@ -93,6 +93,7 @@ type Task struct {
 	Version        int        `json:"version"`
 	CostUSD        plan.USD   `json:"cost_usd"`
 	LastError      string     `json:"last_error,omitempty"`
+	TrizFinding    string     `json:"triz_finding,omitempty"`
 	Result         string     `json:"result,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
