@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/control"
@@ -61,9 +63,33 @@ type controlPlane struct {
 	stop   func(context.Context) error
 }
 
+// extension plugs a capability (the GitHub App, the TRIZ analyzer) into the control
+// plane without the composition root knowing its insides.
+type extension struct {
+	// planChanged and taskFailed run inside the store's transactions (queue.Hooks), with
+	// the River client to InsertTx jobs with.
+	planChanged func(ctx context.Context, tx pgx.Tx, jobs *river.Client[pgx.Tx], planID string) error
+	taskFailed  func(ctx context.Context, tx pgx.Tx, jobs *river.Client[pgx.Tx], f queue.TaskFailure) error
+	// register adds River job workers and returns periodic jobs.
+	register func(*river.Workers) []*river.PeriodicJob
+	// routes are mounted on the control plane's router (pattern → handler).
+	routes map[string]http.Handler
+}
+
+// extensions returns the capabilities configured in the environment.
+func (a *app) extensions(_ context.Context, _ *queue.Store) ([]*extension, error) {
+	return nil, nil
+}
+
 // startControlPlane starts the control plane on ln and returns at once; Shutdown stops
 // it in order. Used by `whilly serve` and `whilly run`.
 func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Listener) (*controlPlane, error) {
+	exts, err := a.extensions(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	var rc *river.Client[pgx.Tx]
+	st = st.WithHooks(mergeHooks(exts, &rc))
 	ctx, cancel := context.WithCancel(ctx)
 	listener := queue.NewListener(st.Pool(), a.log)
 	go func() {
@@ -71,7 +97,15 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 			a.log.ErrorContext(ctx, "event listener stopped", "error", err)
 		}
 	}()
-	rc, err := queue.NewRiver(st, a.log, queue.JobsConfig{})
+	rc, err = queue.NewRiver(st, a.log, queue.JobsConfig{Register: func(w *river.Workers) []*river.PeriodicJob {
+		var periodic []*river.PeriodicJob
+		for _, e := range exts {
+			if e.register != nil {
+				periodic = append(periodic, e.register(w)...)
+			}
+		}
+		return periodic
+	}})
 	if err != nil {
 		cancel()
 		return nil, err
@@ -84,12 +118,43 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 		BootstrapToken: a.env("WHILLY_BOOTSTRAP_TOKEN"),
 		MetricsToken:   a.env("WHILLY_METRICS_TOKEN"),
 	})
+	for _, e := range exts {
+		for pattern, h := range e.routes {
+			srv.Mount(pattern, h)
+		}
+	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	// Shutdown does not cancel requests in flight: end long-polls and streams at once.
 	hs.RegisterOnShutdown(srv.Drain)
 	cp := &controlPlane{srv: hs, done: make(chan error, 1), cancel: cancel, stop: rc.Stop}
 	go func() { cp.done <- hs.Serve(ln) }()
 	return cp, nil
+}
+
+// mergeHooks chains the extensions' hooks; *jobs is set before any hook can run.
+func mergeHooks(exts []*extension, jobs **river.Client[pgx.Tx]) queue.Hooks {
+	return queue.Hooks{
+		PlanChanged: func(ctx context.Context, tx pgx.Tx, planID string) error {
+			for _, e := range exts {
+				if e.planChanged != nil {
+					if err := e.planChanged(ctx, tx, *jobs, planID); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+		TaskFailed: func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error {
+			for _, e := range exts {
+				if e.taskFailed != nil {
+					if err := e.taskFailed(ctx, tx, *jobs, f); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+	}
 }
 
 // Shutdown stops accepting HTTP, lets requests in flight end, stops River, then the

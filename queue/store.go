@@ -98,6 +98,13 @@ func NewStore(pool *pgxpool.Pool, log *slog.Logger, cfg Config) *Store {
 	return &Store{pool: pool, log: log, cfg: cfg.withDefaults()}
 }
 
+// WithHooks returns a store on the same pool whose transactions run hooks.
+func (s *Store) WithHooks(h Hooks) *Store {
+	c := *s
+	c.cfg.Hooks = h
+	return &c
+}
+
 // Pool returns the connection pool the store uses.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
