@@ -1,7 +1,7 @@
 # whilly — make help lists the targets.
 GO        ?= go
 BIN       := bin
-GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.6.2
+GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
 .PHONY: help build test test-short lint bench demo clean
 

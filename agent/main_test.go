@@ -19,17 +19,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fixture returns the path of a file in ../shared/fixtures/agent-output (relative to the
-// repository root) and fails the test clearly when the shared folder is not there.
+// fixture returns the path of a file in testdata/fixtures/agent-output at the repository
+// root (a copy of the shared fixtures) and fails the test clearly when it is missing.
 func fixture(t testing.TB, name string) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		t.Fatal("runtime.Caller failed: cannot locate the fixtures")
 	}
-	p := filepath.Join(filepath.Dir(file), "..", "..", "shared", "fixtures", "agent-output", name)
+	p := filepath.Join(filepath.Dir(file), "..", "testdata", "fixtures", "agent-output", name)
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("agent output fixture missing: %v (the shared/ folder must sit beside the repository)", err)
+		t.Fatalf("agent output fixture missing: %v", err)
 	}
 	return p
 }
