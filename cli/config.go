@@ -4,20 +4,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/whilly-go/whilly/worker"
 )
 
 // parseDuration reads Go syntax (45s, 30m) or a plain number of seconds.
 func parseDuration(name, s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if n, err := strconv.ParseFloat(s, 64); err == nil {
-		if n <= 0 {
-			return 0, envf("%s must be positive, got %q", name, s)
-		}
-		return time.Duration(n * float64(time.Second)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, envf("%s must be a duration such as 45s or 30m, or a number of seconds, got %q", name, s)
+	d, err := worker.ParseDuration(s)
+	if err != nil {
+		return 0, envf("%s: %w", name, err)
 	}
 	return d, nil
 }
@@ -31,7 +26,7 @@ func (a *app) envDuration(name string, def time.Duration) (time.Duration, error)
 	return parseDuration(name, v)
 }
 
-// durationFlag parses a duration flag value such as 30d, 12h or 45m.
+// parseExpiry reads a token lifetime such as 30d, 12h or 45m.
 func parseExpiry(s string) (time.Duration, error) {
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.Atoi(days)

@@ -93,27 +93,24 @@ listed with the task and field it concerns, and nothing is written.`,
 			if err != nil {
 				return err
 			}
-			st, closeDB, err := a.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			res, err := st.Import(cmd.Context(), p, queue.ImportOptions{Progress: a.progress("importing")})
-			if err != nil {
-				return storeErr(err)
-			}
-			if asJSON {
-				return a.writeJSON(res)
-			}
-			verb := "imported"
-			if !res.PlanCreated {
-				verb = "updated"
-			}
-			if !res.PlanCreated && res.TasksCreated == 0 {
-				verb = "unchanged"
-			}
-			a.printf("plan %s %s: %d new tasks, %d in the file\n", res.PlanID, verb, res.TasksCreated, res.TasksTotal)
-			return nil
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				res, err := st.Import(cmd.Context(), p, queue.ImportOptions{Progress: a.progress("importing")})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.writeJSON(res)
+				}
+				verb := "imported"
+				if !res.PlanCreated {
+					verb = "updated"
+				}
+				if !res.PlanCreated && res.TasksCreated == 0 {
+					verb = "unchanged"
+				}
+				a.printf("plan %s %s: %d new tasks, %d in the file\n", res.PlanID, verb, res.TasksCreated, res.TasksTotal)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
@@ -137,34 +134,31 @@ reason decision_gate) and the plan becomes strict: the control plane re-checks t
 			if err != nil {
 				return err
 			}
-			st, closeDB, err := a.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			res, err := st.Apply(cmd.Context(), p, strict, queue.ImportOptions{Progress: a.progress("importing")})
-			if err != nil {
-				return storeErr(err)
-			}
-			if asJSON {
-				return a.writeJSON(res)
-			}
-			sty := a.styles(cmd)
-			for _, v := range res.Verdicts {
-				a.printf("%s %s\n", sty.decision(v.Verdict.Decision), v.TaskID)
-				for _, r := range v.Verdict.Reasons {
-					a.printf("    %s: %s\n", r.Code, r.Message)
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				res, err := st.Apply(cmd.Context(), p, strict, queue.ImportOptions{Progress: a.progress("importing")})
+				if err != nil {
+					return err
 				}
-			}
-			a.printf("plan %s: %d new tasks; gate: %d allowed, %d warned, %d rejected", res.Import.PlanID,
-				res.Import.TasksCreated, res.Allowed, res.Warned, res.Rejected)
-			if strict {
-				a.printf(", %d skipped (strict)", res.Skipped)
-			} else if res.Rejected > 0 {
-				a.printf(" (use --strict to skip rejected tasks)")
-			}
-			a.printf("\n")
-			return nil
+				if asJSON {
+					return a.writeJSON(res)
+				}
+				sty := a.styles(cmd)
+				for _, v := range res.Verdicts {
+					a.printf("%s %s\n", sty.decision(v.Verdict.Decision), v.TaskID)
+					for _, r := range v.Verdict.Reasons {
+						a.printf("    %s: %s\n", r.Code, r.Message)
+					}
+				}
+				a.printf("plan %s: %d new tasks; gate: %d allowed, %d warned, %d rejected", res.Import.PlanID,
+					res.Import.TasksCreated, res.Allowed, res.Warned, res.Rejected)
+				if strict {
+					a.printf(", %d skipped (strict)", res.Skipped)
+				} else if res.Rejected > 0 {
+					a.printf(" (use --strict to skip rejected tasks)")
+				}
+				a.printf("\n")
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&strict, "strict", false, "skip every task the gate rejects and make the plan strict")
@@ -188,20 +182,17 @@ func (a *app) planCreate() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st, closeDB, err := a.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			pi, err := st.CreatePlan(cmd.Context(), id, name, b)
-			if err != nil {
-				return storeErr(err)
-			}
-			if asJSON {
-				return a.writeJSON(pi)
-			}
-			a.printf("plan %s created\n", pi.ID)
-			return nil
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				pi, err := st.CreatePlan(cmd.Context(), id, name, b)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.writeJSON(pi)
+				}
+				a.printf("plan %s created\n", pi.ID)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&id, "id", "", "plan id (letters, digits and . _ : / -)")
@@ -232,27 +223,24 @@ func (a *app) planExport() *cobra.Command {
 import → export → import → export gives identical bytes.`,
 		Args: exactArgs(1, "one plan id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, closeDB, err := a.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			p, err := st.Export(cmd.Context(), args[0])
-			if err != nil {
-				return storeErr(err)
-			}
-			data, err := plan.Encode(p)
-			if err != nil {
-				return fmt.Errorf("encode plan %s: %w", args[0], err)
-			}
-			if out == "" || out == "-" {
-				_, err = a.io.Out.Write(data)
-				return err
-			}
-			if err := os.WriteFile(out, data, 0o644); err != nil {
-				return failf("write %s: %w", out, err)
-			}
-			return nil
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				p, err := st.Export(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				data, err := plan.Encode(p)
+				if err != nil {
+					return fmt.Errorf("encode plan %s: %w", args[0], err)
+				}
+				if out == "" || out == "-" {
+					_, err = a.io.Out.Write(data)
+					return err
+				}
+				if err := os.WriteFile(out, data, 0o644); err != nil {
+					return failf("write %s: %w", out, err)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of standard output")
@@ -267,39 +255,36 @@ func (a *app) planList() *cobra.Command {
 		Short: "List plans with their progress and budget",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, closeDB, err := a.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			var all []queue.PlanInfo
-			page := queue.PlanPage{Status: plan.PlanStatus(strings.ToUpper(status)), Limit: 500}
-			for {
-				plans, next, err := st.ListPlans(cmd.Context(), page)
-				if err != nil {
-					return storeErr(err)
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				var all []queue.PlanInfo
+				page := queue.PlanPage{Status: plan.PlanStatus(strings.ToUpper(status)), Limit: 500}
+				for {
+					plans, next, err := st.ListPlans(cmd.Context(), page)
+					if err != nil {
+						return err
+					}
+					all = append(all, plans...)
+					if next == "" {
+						break
+					}
+					page.After = next
 				}
-				all = append(all, plans...)
-				if next == "" {
-					break
+				if asJSON {
+					return a.writeJSON(map[string]any{"plans": all})
 				}
-				page.After = next
-			}
-			if asJSON {
-				return a.writeJSON(map[string]any{"plans": all})
-			}
-			if len(all) == 0 {
-				a.printf("no plans yet: import one with 'whilly plan import FILE'\n")
-				return nil
-			}
-			sty := a.styles(cmd)
-			tw := newTable(a.io.Out)
-			tw.row("PLAN", "STATUS", "DONE", "TASKS", "SPENT", "BUDGET", "NAME")
-			for _, p := range all {
-				done := p.Counts[plan.StatusDone] + p.Counts[plan.StatusSkipped]
-				tw.row(p.ID, sty.planStatus(p.Status), fmt.Sprint(done), fmt.Sprint(p.Total), "$"+p.Spent.String(), budgetText(p.Budget), p.Name)
-			}
-			return tw.flush()
+				if len(all) == 0 {
+					a.printf("no plans yet: import one with 'whilly plan import FILE'\n")
+					return nil
+				}
+				sty := a.styles(cmd)
+				tw := newTable(a.io.Out)
+				tw.row("PLAN", "STATUS", "DONE", "TASKS", "SPENT", "BUDGET", "NAME")
+				for _, p := range all {
+					done := p.Counts[plan.StatusDone] + p.Counts[plan.StatusSkipped]
+					tw.row(p.ID, sty.planStatus(p.Status), fmt.Sprint(done), fmt.Sprint(p.Total), "$"+p.Spent.String(), budgetText(p.Budget), p.Name)
+				}
+				return tw.flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
@@ -335,24 +320,21 @@ and records plan.deleted. A hard reset asks for confirmation unless --yes is giv
 					return failf("plan %s was not deleted", args[0])
 				}
 			}
-			st, closeDB, err := a.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			res, err := st.ResetPlan(cmd.Context(), args[0], hard)
-			if err != nil {
-				return storeErr(err)
-			}
-			if asJSON {
-				return a.writeJSON(res)
-			}
-			if hard {
-				a.printf("plan %s deleted with its %d tasks; its events stay in the audit log\n", res.PlanID, res.Deleted)
-			} else {
-				a.printf("plan %s reset: %d tasks back to PENDING\n", res.PlanID, res.Reset)
-			}
-			return nil
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				res, err := st.ResetPlan(cmd.Context(), args[0], hard)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.writeJSON(res)
+				}
+				if hard {
+					a.printf("plan %s deleted with its %d tasks; its events stay in the audit log\n", res.PlanID, res.Deleted)
+				} else {
+					a.printf("plan %s reset: %d tasks back to PENDING\n", res.PlanID, res.Reset)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&hard, "hard", false, "delete the plan and its tasks")
@@ -391,20 +373,17 @@ a plan paused because it reached its budget resumes when the new cap is above wh
 					return err
 				}
 			}
-			st, closeDB, err := a.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			pi, err := st.SetBudget(cmd.Context(), args[0], b)
-			if err != nil {
-				return storeErr(err)
-			}
-			if asJSON {
-				return a.writeJSON(pi)
-			}
-			a.printf("plan %s: budget %s, spent $%s, status %s\n", pi.ID, budgetText(pi.Budget), pi.Spent, pi.Status)
-			return nil
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				pi, err := st.SetBudget(cmd.Context(), args[0], b)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.writeJSON(pi)
+				}
+				a.printf("plan %s: budget %s, spent $%s, status %s\n", pi.ID, budgetText(pi.Budget), pi.Spent, pi.Status)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")

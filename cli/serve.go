@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -31,6 +32,8 @@ WHILLY_METRICS_TOKEN (protects /metrics), WHILLY_LEASE_TTL (default 60s).
 SIGTERM or SIGINT shuts down in order: HTTP, then background jobs, then the database pool.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A server's log is its record: keep info, not only warnings.
+			a.log = slog.New(slog.NewTextHandler(a.io.Err, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			if listen == "" {
 				listen = a.env("WHILLY_LISTEN")
 			}

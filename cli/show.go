@@ -84,24 +84,21 @@ func (a *app) planShow() *cobra.Command {
 		Short: "Show a plan: status, budget and its dependency graph with task states",
 		Args:  exactArgs(1, "one plan id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, closeDB, err := a.openStore(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			pi, err := st.GetPlan(cmd.Context(), args[0])
-			if err != nil {
-				return storeErr(err)
-			}
-			tasks, err := st.Tasks(cmd.Context(), args[0])
-			if err != nil {
-				return storeErr(err)
-			}
-			if asJSON {
-				return a.writeJSON(map[string]any{"plan": pi, "tasks": tasks})
-			}
-			a.renderPlan(a.styles(cmd), pi, tasks)
-			return nil
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				pi, err := st.GetPlan(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				tasks, err := st.Tasks(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.writeJSON(map[string]any{"plan": pi, "tasks": tasks})
+				}
+				a.renderPlan(a.styles(cmd), pi, tasks)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan and its tasks as JSON")
