@@ -141,6 +141,8 @@ Exit codes: 0 success, 1 validation or operation error, 2 environment or configu
 		a.adminCommand(),
 		a.workerCommand(),
 		a.runCommand(),
+		a.initCommand(),
+		a.dashboardCommand(),
 	)
 	return root
 }

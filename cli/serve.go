@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"time"
@@ -60,6 +61,7 @@ SIGTERM or SIGINT shuts down in order: HTTP, then background jobs, then the data
 
 // controlPlane is a running control plane: HTTP server, listener and River.
 type controlPlane struct {
+	store  *queue.Store // the store with the extensions' hooks
 	srv    *http.Server
 	done   chan error
 	cancel context.CancelFunc
@@ -75,24 +77,40 @@ type extension struct {
 	taskFailed  func(ctx context.Context, tx pgx.Tx, jobs *river.Client[pgx.Tx], f queue.TaskFailure) error
 	// register adds River job workers and returns periodic jobs.
 	register func(*river.Workers) []*river.PeriodicJob
+	// queues are River queues the extension's jobs run in (besides the default one).
+	queues map[string]river.QueueConfig
 	// routes are mounted on the control plane's router (pattern → handler).
 	routes map[string]http.Handler
 }
 
-// extensions returns the capabilities configured in the environment.
-func (a *app) extensions(_ context.Context, _ *queue.Store) ([]*extension, error) {
-	return nil, nil
+// extensions returns the capabilities configured in the environment. st is the hooked
+// store, so what an extension writes fires the other extensions' hooks too.
+func (a *app) extensions(_ context.Context, st *queue.Store) ([]*extension, error) {
+	var exts []*extension
+	for _, newExt := range []func(*queue.Store) (*extension, error){a.trizExtension} {
+		e, err := newExt(st)
+		if err != nil {
+			return nil, err
+		}
+		if e != nil {
+			exts = append(exts, e)
+		}
+	}
+	return exts, nil
 }
 
 // startControlPlane starts the control plane on ln and returns at once; Shutdown stops
 // it in order. Used by `whilly serve` and `whilly run`.
 func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Listener) (*controlPlane, error) {
+	var (
+		rc   *river.Client[pgx.Tx]
+		exts []*extension
+	)
+	st = st.WithHooks(mergeHooks(&exts, &rc))
 	exts, err := a.extensions(ctx, st)
 	if err != nil {
 		return nil, err
 	}
-	var rc *river.Client[pgx.Tx]
-	st = st.WithHooks(mergeHooks(exts, &rc))
 	ctx, cancel := context.WithCancel(ctx)
 	listener := queue.NewListener(st.Pool(), a.log)
 	go func() {
@@ -100,7 +118,11 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 			a.log.ErrorContext(ctx, "event listener stopped", "error", err)
 		}
 	}()
-	rc, err = queue.NewRiver(st, a.log, queue.JobsConfig{Register: func(w *river.Workers) []*river.PeriodicJob {
+	queues := map[string]river.QueueConfig{}
+	for _, e := range exts {
+		maps.Copy(queues, e.queues)
+	}
+	rc, err = queue.NewRiver(st, a.log, queue.JobsConfig{Queues: queues, Register: func(w *river.Workers) []*river.PeriodicJob {
 		var periodic []*river.PeriodicJob
 		for _, e := range exts {
 			if e.register != nil {
@@ -129,16 +151,16 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	// Shutdown does not cancel requests in flight: end long-polls and streams at once.
 	hs.RegisterOnShutdown(srv.Drain)
-	cp := &controlPlane{srv: hs, done: make(chan error, 1), cancel: cancel, stop: rc.Stop}
+	cp := &controlPlane{store: st, srv: hs, done: make(chan error, 1), cancel: cancel, stop: rc.Stop}
 	go func() { cp.done <- hs.Serve(ln) }()
 	return cp, nil
 }
 
-// mergeHooks chains the extensions' hooks; *jobs is set before any hook can run.
-func mergeHooks(exts []*extension, jobs **river.Client[pgx.Tx]) queue.Hooks {
+// mergeHooks chains the extensions' hooks; *exts and *jobs are set before any hook can run.
+func mergeHooks(exts *[]*extension, jobs **river.Client[pgx.Tx]) queue.Hooks {
 	return queue.Hooks{
 		PlanChanged: func(ctx context.Context, tx pgx.Tx, planID string) error {
-			for _, e := range exts {
+			for _, e := range *exts {
 				if e.planChanged != nil {
 					if err := e.planChanged(ctx, tx, *jobs, planID); err != nil {
 						return err
@@ -148,7 +170,7 @@ func mergeHooks(exts []*extension, jobs **river.Client[pgx.Tx]) queue.Hooks {
 			return nil
 		},
 		TaskFailed: func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error {
-			for _, e := range exts {
+			for _, e := range *exts {
 				if e.taskFailed != nil {
 					if err := e.taskFailed(ctx, tx, *jobs, f); err != nil {
 						return err

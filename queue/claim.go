@@ -165,6 +165,12 @@ func (s *Store) Complete(ctx context.Context, l Lease, in CompleteInput) (TaskIn
 			return err
 		}
 		payload := map[string]any{"worker_id": l.WorkerID, "attempt": t.Attempts, "cost_usd": in.Cost.String()}
+		if in.HeadSHA != "" {
+			payload["head_sha"] = in.HeadSHA
+		}
+		if in.NoChanges {
+			payload["no_changes"] = true
+		}
 		if err := insertEvent(ctx, tx, l.PlanID, l.TaskID, EventComplete, payload, nil); err != nil {
 			return err
 		}
@@ -215,7 +221,8 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 			return err
 		}
 		if h := s.cfg.Hooks.TaskFailed; h != nil {
-			f := TaskFailure{PlanID: l.PlanID, TaskID: l.TaskID, Attempt: t.Attempts, Reason: in.Reason, Final: outcome == plan.TransitionFail}
+			f := TaskFailure{PlanID: l.PlanID, TaskID: l.TaskID, Attempt: t.Attempts, Version: out.Version,
+				Reason: in.Reason, Detail: in.Detail, Final: outcome == plan.TransitionFail}
 			if err := h(ctx, tx, f); err != nil {
 				return fmt.Errorf("task failed hook: %w", err)
 			}

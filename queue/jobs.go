@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,6 +74,9 @@ type JobsConfig struct {
 	OfflineAfter time.Duration
 	// Register adds more job workers and periodic jobs (GitHub mirroring, intake …).
 	Register func(*river.Workers) []*river.PeriodicJob
+	// Queues adds River queues beside the default one, so slow jobs (the failure
+	// analyzer) cannot hold up the lease reaper.
+	Queues map[string]river.QueueConfig
 }
 
 // NewRiver builds the control plane's River client with whilly's job workers and
@@ -104,9 +108,11 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 	if cfg.Register != nil {
 		periodic = append(periodic, cfg.Register(workers)...)
 	}
+	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}
+	maps.Copy(queues, cfg.Queues)
 	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{
 		Logger:       log,
-		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
+		Queues:       queues,
 		Workers:      workers,
 		PeriodicJobs: periodic,
 	})

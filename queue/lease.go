@@ -51,6 +51,10 @@ type Claim struct {
 type CompleteInput struct {
 	Cost   plan.USD
 	Result string
+	// HeadSHA is the plan branch's head the task pushed; NoChanges says it changed nothing.
+	// Both go into the COMPLETE event's payload (head_sha, no_changes).
+	HeadSHA   string
+	NoChanges bool
 }
 
 // FailInput is what a worker reports on failure. Retryable nil means true.

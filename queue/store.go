@@ -53,8 +53,10 @@ type TaskFailure struct {
 	PlanID  string
 	TaskID  string
 	Attempt int
+	Version int // the task's row version after the failure: unique per failure, resets included
 	Reason  string
-	Final   bool // no attempt left: the task is FAILED
+	Detail  json.RawMessage // what the worker reported (exit code, output excerpt …); may be nil
+	Final   bool            // no attempt left: the task is FAILED
 }
 
 // changed runs the PlanChanged hook for each plan.

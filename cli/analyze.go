@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/whilly-go/whilly/agent"
+	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/triz"
+)
+
+// trizExtension is the TRIZ failure analyzer (SPEC §8) as a control-plane extension, or
+// nil when WHILLY_TRIZ_ENABLED is off. Every failed attempt enqueues a triz job in its
+// FAIL transaction; the control plane's River client runs it with the analyzer agent:
+// WHILLY_TRIZ_AGENT, else WHILLY_AGENT, else claude (WHILLY_TRIZ_MODEL, else
+// WHILLY_MODEL; CLAUDE_BIN, CODEX_BIN and WHILLY_AGENT_CMD as for workers), each run
+// bounded by WHILLY_TRIZ_TIMEOUT (default 25s).
+func (a *app) trizExtension(st *queue.Store) (*extension, error) {
+	on, err := a.envSwitch("WHILLY_TRIZ_ENABLED")
+	if err != nil || !on {
+		return nil, err
+	}
+	name := firstNonEmpty(a.env("WHILLY_TRIZ_AGENT"), a.env("WHILLY_AGENT"), agent.NameClaude)
+	timeout, err := a.envDuration("WHILLY_TRIZ_TIMEOUT", triz.DefaultTimeout)
+	if err != nil {
+		return nil, err
+	}
+	ag, err := a.questionAgent(name)
+	if err != nil {
+		return nil, envf("WHILLY_TRIZ_AGENT: %w", err)
+	}
+	w, err := triz.NewWorker(st, triz.Config{
+		Agent:   ag,
+		Timeout: timeout,
+		Model:   firstNonEmpty(a.env("WHILLY_TRIZ_MODEL"), a.env("WHILLY_MODEL")),
+		Logger:  a.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &extension{
+		taskFailed: func(ctx context.Context, tx pgx.Tx, jobs *river.Client[pgx.Tx], f queue.TaskFailure) error {
+			return triz.Enqueue(ctx, tx, jobs, f, a.log)
+		},
+		register: func(ws *river.Workers) []*river.PeriodicJob {
+			river.AddWorker(ws, w)
+			return nil
+		},
+		queues: map[string]river.QueueConfig{triz.QueueName: {MaxWorkers: 4}},
+	}, nil
+}
+
+// questionAgent builds an agent that answers questions (planner, analyzer), configured
+// from the environment like a worker's agent, but read-only where the agent allows it
+// (agent.QuestionPermissionMode).
+func (a *app) questionAgent(name string) (agent.Agent, error) {
+	cfg := agent.ConfigFromEnv(a.io.Getenv)
+	cfg.Logger = a.log
+	cfg.PermissionMode = agent.QuestionPermissionMode
+	return agent.New(name, cfg)
+}
+
+// envSwitch reads an on/off variable: 1, true, yes, on, or 0, false, no, off and unset.
+// Anything else is a configuration error, so that a typo does not silently turn a
+// feature off.
+func (a *app) envSwitch(name string) (bool, error) {
+	switch strings.ToLower(a.env(name)) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "", "0", "false", "no", "off":
+		return false, nil
+	}
+	return false, envf("%s must be 1 or 0, got %q", name, a.env(name))
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

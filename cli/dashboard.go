@@ -1,0 +1,327 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/spf13/cobra"
+
+	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/tui"
+	"github.com/whilly-go/whilly/queue"
+)
+
+type dashboardOptions struct {
+	planID    string
+	connect   string
+	tokenFile string
+	insecure  bool
+}
+
+func (a *app) dashboardCommand() *cobra.Command {
+	var o dashboardOptions
+	cmd := &cobra.Command{
+		Use:   "dashboard [--plan ID] [--connect URL]",
+		Short: "Live terminal dashboard: plans, tasks, workers and events as they happen",
+		Long: `Show plans, tasks, workers and events live, in the terminal.
+
+Each plan shows its progress (done and skipped tasks green, failed red, cancelled grey)
+and its budget, spent / cap; the selected plan's tasks show their state, attempts, cost,
+the worker holding them and their last error; workers show their status and last
+heartbeat; the most recent events come last. The view follows the control plane's event
+stream: each event re-reads only what it changed (its plan, and the plan's tasks when it
+is the selected one). Workers are also re-read every 10 s, as heartbeats write no events.
+
+Keys: q quit · p pause the view (events are buffered and shown on resume) · / filter
+tasks and events by a substring (enter keeps it, esc clears it) · tab or arrows select a
+plan · PgUp/PgDn scroll the tasks · r read everything again.
+
+Without --connect it reads the local database (WHILLY_DATABASE_URL, or the embedded one)
+through an in-process control plane on a loopback port, with a read-only API token it
+mints for itself: valid for an hour, renewed while the dashboard runs, revoked when it
+ends. With --connect URL it reads that control plane with the token in --token-file, else
+in WHILLY_API_TOKEN: a read token from 'whilly admin token mint --owner EMAIL' (a worker
+or admin token works too).
+
+It needs a terminal; in scripts use 'whilly events tail' or 'whilly plan show ID'.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !isTerminal(a.io.Out) {
+				return failf("dashboard needs a terminal, and stdout is not one; to follow events from a script or a pipe use 'whilly events tail [--plan ID]', and for a plan's state 'whilly plan show ID'")
+			}
+			return a.dashboard(cmd.Context(), o, a.styles(cmd).r)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.planID, "plan", "", "show this plan only (default: every plan)")
+	f.StringVar(&o.connect, "connect", "", "control plane URL (default: the local database through an in-process control plane)")
+	f.StringVar(&o.tokenFile, "token-file", "", "with --connect: file holding the API token (default $WHILLY_API_TOKEN)")
+	f.BoolVar(&o.insecure, "insecure", false, "with --connect: allow plain http:// to a non-loopback host")
+	a.colorFlag(cmd)
+	return cmd
+}
+
+// dashSource is where a dashboard reads: a control-plane client and how to let go of it.
+type dashSource struct {
+	api   *client.Client
+	where string // for the header
+	close func()
+}
+
+func (a *app) dashboard(ctx context.Context, o dashboardOptions, r *lipgloss.Renderer) error {
+	var (
+		src *dashSource
+		err error
+	)
+	if o.connect != "" {
+		src, err = a.remoteDashboard(o)
+	} else {
+		src, err = a.localDashboard(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	if err := dashboardPreflight(ctx, src, o.planID); err != nil {
+		return err
+	}
+	return a.runDashboard(ctx, src, o.planID, r)
+}
+
+// runDashboard runs the TUI until q, ctrl+c or ctx ends; the feed stops with it.
+func (a *app) runDashboard(ctx context.Context, src *dashSource, planID string, r *lipgloss.Renderer) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m := tui.New(tui.Config{API: src.api, Context: runCtx, PlanID: planID, Source: src.where, Renderer: r})
+	opts := []tea.ProgramOption{
+		tea.WithContext(runCtx), tea.WithOutput(a.io.Out), tea.WithAltScreen(),
+		// main's signal.NotifyContext already turns SIGINT and SIGTERM into ctx's end;
+		// in raw mode ctrl+c is a key.
+		tea.WithoutSignalHandler(),
+	}
+	if isTerminal(a.io.In) {
+		opts = append(opts, tea.WithInput(a.io.In))
+	} else {
+		opts = append(opts, tea.WithInputTTY())
+	}
+	p := tea.NewProgram(m, opts...)
+	var wg sync.WaitGroup
+	wg.Go(func() { tui.Feed{API: src.api, PlanID: planID}.Run(runCtx, p.Send) })
+	_, err := p.Run()
+	cancel()
+	wg.Wait()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("run the dashboard: %w", err)
+	}
+	return nil
+}
+
+// dashboardPreflight checks, before the screen is taken over, that the control plane
+// answers, takes the token and has the plan, so that these end in one clear sentence.
+func dashboardPreflight(ctx context.Context, src *dashSource, planID string) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var err error
+	if planID != "" {
+		_, err = src.api.GetPlan(ctx, planID)
+	} else {
+		_, err = src.api.ListPlans(ctx, client.PlanQuery{Limit: 1})
+	}
+	switch {
+	case err == nil:
+		return nil
+	case client.IsNotFound(err) && planID != "":
+		return failf("plan %s does not exist (see 'whilly plan list')", planID)
+	case client.IsUnauthorized(err), client.IsForbidden(err):
+		return envf("the control plane at %s refused the token (%v); give a valid one in --token-file or WHILLY_API_TOKEN", src.where, err)
+	case client.StatusOf(err) == 0, client.IsServerError(err):
+		return envf("cannot reach the control plane at %s: %v", src.where, err)
+	}
+	return failf("%v", err)
+}
+
+// remoteDashboard reads the control plane at --connect with the token of --token-file or
+// WHILLY_API_TOKEN (secrets never come from flags).
+func (a *app) remoteDashboard(o dashboardOptions) (*dashSource, error) {
+	token := a.env("WHILLY_API_TOKEN")
+	if o.tokenFile != "" {
+		b, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return nil, envf("read the token file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		return nil, envf("dashboard --connect needs an API token in --token-file or WHILLY_API_TOKEN (mint a read token with 'whilly admin token mint --owner EMAIL')")
+	}
+	api, err := client.New(o.connect, token, client.Options{Insecure: o.insecure, UserAgent: "whilly-dashboard"})
+	if err != nil {
+		return nil, envf("%v", err)
+	}
+	return &dashSource{api: api, where: api.BaseURL(), close: func() {}}, nil
+}
+
+// localDashboard starts an in-process control plane on a loopback port over the
+// configured database, and a client of it with a token of the dashboard's own.
+func (a *app) localDashboard(ctx context.Context) (*dashSource, error) {
+	st, closeDB, err := a.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		closeDB()
+		return nil, envf("listen on a loopback port: %w", err)
+	}
+	cp, err := a.startControlPlane(ctx, st, ln)
+	if err != nil {
+		ln.Close()
+		closeDB()
+		return nil, err
+	}
+	stopCP := func() {
+		if err := cp.Shutdown(context.WithoutCancel(ctx)); err != nil {
+			a.log.WarnContext(ctx, "stop the dashboard's control plane", "error", err)
+		}
+		closeDB()
+	}
+	tok, err := a.newLocalToken(ctx, st)
+	if err != nil {
+		stopCP()
+		return nil, err
+	}
+	api, err := client.New("http://"+ln.Addr().String(), "", client.Options{
+		UserAgent:  "whilly-dashboard",
+		HTTPClient: &http.Client{Transport: tok},
+	})
+	if err != nil {
+		tok.stop(ctx)
+		stopCP()
+		return nil, err
+	}
+	return &dashSource{api: api, where: "local database", close: func() {
+		tok.stop(ctx)
+		stopCP()
+	}}, nil
+}
+
+// Lifetime of the dashboard's own token: it is renewed well before it expires, so a
+// dashboard may run for days, while a token left behind by one that was killed lapses
+// within the hour.
+const (
+	localTokenTTL   = time.Hour
+	localTokenRenew = 30 * time.Minute
+)
+
+// localToken presents the dashboard's own read token on every request (an
+// http.RoundTripper), renews it in the background and revokes it on stop.
+type localToken struct {
+	st    *queue.Store
+	log   func(ctx context.Context, msg string, err error)
+	owner string
+	next  http.RoundTripper
+	cur   atomic.Pointer[mintedToken]
+
+	mu      sync.Mutex
+	prev    string // prefix of the token renewal replaced, revoked at the next one
+	cancel  context.CancelFunc
+	renewed sync.WaitGroup
+}
+
+type mintedToken struct{ secret, prefix string }
+
+func (a *app) newLocalToken(ctx context.Context, st *queue.Store) (*localToken, error) {
+	host, _ := os.Hostname()
+	t := &localToken{
+		st:    st,
+		owner: fmt.Sprintf("whilly dashboard on %s (pid %d)", host, os.Getpid()),
+		next:  http.DefaultTransport.(*http.Transport).Clone(),
+		log: func(ctx context.Context, msg string, err error) {
+			a.log.WarnContext(ctx, msg, "error", err)
+		},
+	}
+	if err := t.mint(ctx); err != nil {
+		return nil, err
+	}
+	renewCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	t.cancel = cancel
+	t.renewed.Go(func() { t.renew(renewCtx) })
+	return t, nil
+}
+
+// mint replaces the current token with a new one; the one before it is revoked now
+// (requests may still be on their way with the one just replaced).
+func (t *localToken) mint(ctx context.Context) error {
+	exp := time.Now().Add(localTokenTTL)
+	secret, info, err := t.st.MintToken(ctx, t.owner, false, &exp)
+	if err != nil {
+		return fmt.Errorf("mint the dashboard's read token: %w", err)
+	}
+	old := t.cur.Swap(&mintedToken{secret: secret, prefix: info.Prefix})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.prev != "" {
+		if err := t.st.RevokeToken(ctx, t.prev); err != nil {
+			t.log(ctx, "revoke the dashboard's previous token", err)
+		}
+	}
+	t.prev = ""
+	if old != nil {
+		t.prev = old.prefix
+	}
+	return nil
+}
+
+func (t *localToken) renew(ctx context.Context) {
+	tick := time.NewTicker(localTokenRenew)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := t.mint(ctx); err != nil && ctx.Err() == nil {
+				t.log(ctx, "renew the dashboard's token", err)
+			}
+		}
+	}
+}
+
+// stop ends renewal and revokes the dashboard's tokens.
+func (t *localToken) stop(ctx context.Context) {
+	t.cancel()
+	t.renewed.Wait()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	t.mu.Lock()
+	prefixes := []string{t.prev, t.cur.Load().prefix}
+	t.mu.Unlock()
+	for _, p := range prefixes {
+		if p == "" {
+			continue
+		}
+		if err := t.st.RevokeToken(ctx, p); err != nil && !errors.Is(err, queue.ErrNotFound) {
+			t.log(ctx, "revoke the dashboard's token", err)
+		}
+	}
+}
+
+// RoundTrip sends req with the current token.
+func (t *localToken) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Header.Set("Authorization", "Bearer "+t.cur.Load().secret)
+	return t.next.RoundTrip(r)
+}
