@@ -146,3 +146,66 @@ func bound(s string, limit int) string {
 	h := (limit - len(cut)) / 2
 	return headString(s, h) + cut + tailString(s, limit-len(cut)-h)
 }
+
+// SecretFinding is one secret FindSecrets found.
+type SecretFinding struct {
+	// Kind names the pattern: the kinds of Redact's placeholders (github_token,
+	// private_key, aws_key …), or url_credentials, authorization, bearer and assignment for
+	// the patterns that keep a prefix and mask what follows it.
+	Kind string
+	// Named is true when the pattern recognises the secret by the name or scheme next to
+	// it (password=…, Authorization: …, bearer …, user:password@) rather than by the
+	// value's own shape, so the value may as well be code that handles a secret.
+	Named bool
+	// Value is the secret itself: never log or report it.
+	Value string
+}
+
+// FindSecrets reports what Redact would mask in s, using the same patterns in the same
+// order: one finding per match, a value masked by an earlier pattern not found again by
+// a later one. It lets a caller refuse text (a diff about to be pushed) instead of
+// masking it.
+func FindSecrets(s string) []SecretFinding {
+	var out []SecretFinding
+	lower := strings.ToLower(s)
+	for _, p := range secretPatterns {
+		if !containsAny(lower, p.hints) {
+			continue
+		}
+		kind, named := secretKind(p.repl, p.hints)
+		matches := p.re.FindAllStringSubmatchIndex(s, -1)
+		if len(matches) == 0 {
+			continue
+		}
+		for _, m := range matches {
+			value := s[m[0]:m[1]]
+			if named && len(m) >= 4 && m[2] >= 0 {
+				value = strings.TrimSuffix(s[m[3]:m[1]], "@")
+			}
+			if strings.HasPrefix(value, "[REDACTED") {
+				continue
+			}
+			out = append(out, SecretFinding{Kind: kind, Named: named, Value: value})
+		}
+		s = p.re.ReplaceAllString(s, p.repl)
+		lower = strings.ToLower(s)
+	}
+	return out
+}
+
+// secretKind names a pattern of secretPatterns: by its placeholder when it has one, else
+// by its first hint (the patterns that keep a prefix).
+func secretKind(repl string, hints []string) (kind string, named bool) {
+	if k, ok := strings.CutPrefix(repl, "[REDACTED:"); ok {
+		return strings.TrimSuffix(k, "]"), false
+	}
+	switch hints[0] {
+	case "://":
+		return "url_credentials", true
+	case "authorization":
+		return "authorization", true
+	case "bearer":
+		return "bearer", true
+	}
+	return "assignment", true
+}

@@ -8,6 +8,7 @@
 package control
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -17,8 +18,14 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/queue"
 )
+
+// WorkspaceProvider returns the workspace of a claim of plan p, a plan tied to a
+// repository (p.Repo set): clone URL, branch and a token minted for that one repository.
+// nil means the plan's tasks run without one.
+type WorkspaceProvider func(ctx context.Context, p queue.PlanInfo) (*client.Workspace, error)
 
 // Config tunes the server. Zero values take the defaults.
 type Config struct {
@@ -35,6 +42,10 @@ type Config struct {
 	MaxPlanBytes int64
 	// SSEHeartbeat is the interval of keep-alive comments on event streams; default 15 s.
 	SSEHeartbeat time.Duration
+	// Workspaces, when set, is asked for the workspace of every claim of a plan with a
+	// repository (the GitHub App mints its token). When it fails, the claim is released
+	// and answered 503, so the worker tries again later. nil: no workspaces.
+	Workspaces WorkspaceProvider
 }
 
 func (c Config) withDefaults() Config {

@@ -17,6 +17,7 @@ import (
 var (
 	labelPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
 	uuidPattern  = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	shaPattern   = regexp.MustCompile(`^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$`)
 )
 
 const (
@@ -163,22 +164,43 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	l := queue.Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: p.worker.ID}
+	var ws *client.Workspace
+	if s.cfg.Workspaces != nil && c.Plan.Repo != "" && r.Context().Err() == nil {
+		ctx, cancel := context.WithTimeout(r.Context(), workspaceTimeout)
+		ws, err = s.cfg.Workspaces(ctx, c.Plan)
+		cancel()
+		if err != nil && r.Context().Err() == nil {
+			s.log.WarnContext(r.Context(), "no workspace for the claim; released", "plan_id", l.PlanID, "task_id", l.TaskID, "error", err)
+			s.releaseUndelivered(r.Context(), l, "workspace_unavailable")
+			s.writeError(w, r, errorf(http.StatusServiceUnavailable, codeUnavailable, "The workspace of plan %s is not available; try again later.", l.PlanID))
+			return
+		}
+	}
 	if r.Context().Err() != nil {
 		// The worker left while its claim was being made: hand the task back now rather
 		// than after its lease expires.
-		l := queue.Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: p.worker.ID}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-		defer cancel()
-		if _, err := s.store.Release(ctx, l, "claimant_gone"); err != nil {
-			s.log.WarnContext(ctx, "release of an undelivered claim failed", "plan_id", l.PlanID, "task_id", l.TaskID, "error", err)
-		}
+		s.releaseUndelivered(r.Context(), l, "claimant_gone")
 		return
 	}
 	s.metrics.claims.Inc()
 	s.metrics.claimWait.WithLabelValues("claimed").Observe(waited)
-	out := client.Claim{Task: taskWire(c.Task), Lease: client.Lease{ID: c.Lease.ID, ExpiresAt: c.Lease.ExpiresAt}, Plan: planWire(c.Plan)}
+	out := client.Claim{Task: taskWire(c.Task), Lease: client.Lease{ID: c.Lease.ID, ExpiresAt: c.Lease.ExpiresAt}, Plan: planWire(c.Plan), Workspace: ws}
 	out.Task.Attempt = c.Task.Attempts
 	writeJSON(w, http.StatusOK, out)
+}
+
+// workspaceTimeout bounds one call of the WorkspaceProvider (it may mint a token on GitHub).
+const workspaceTimeout = 30 * time.Second
+
+// releaseUndelivered hands back a claim its worker will never hear of, with a deadline of
+// its own: the request's context may be gone already.
+func (s *Server) releaseUndelivered(ctx context.Context, l queue.Lease, reason string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.store.Release(ctx, l, reason); err != nil {
+		s.log.WarnContext(ctx, "release of an undelivered claim failed", "plan_id", l.PlanID, "task_id", l.TaskID, "error", err)
+	}
 }
 
 func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadline time.Time) (*queue.Claim, error) {
@@ -302,7 +324,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	t, err := s.store.Complete(r.Context(), l, queue.CompleteInput{Cost: req.CostUSD, Result: req.Result})
+	if req.HeadSHA != "" && !shaPattern.MatchString(req.HeadSHA) {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field head_sha must be a hexadecimal commit id."))
+		return
+	}
+	t, err := s.store.Complete(r.Context(), l, queue.CompleteInput{Cost: req.CostUSD, Result: req.Result,
+		HeadSHA: strings.ToLower(req.HeadSHA), NoChanges: req.NoChanges})
 	if err == nil {
 		s.metrics.completions.Inc()
 	}

@@ -14,9 +14,11 @@ import (
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/plan"
 )
 
 const usage = `Usage: whilly-worker --connect URL [--token T | --token-file F] [flags]
+       whilly-worker gc [--max-age 72h] [--max-size 5GB]   (see whilly-worker gc --help)
 
 The remote worker of whilly: it claims tasks from a control plane over HTTP(S), runs a
 coding agent on each under heartbeats, and reports the outcome and the cost.
@@ -27,7 +29,9 @@ and releases the task before exiting.
 
 Environment: WHILLY_CONTROL_URL, WHILLY_WORKER_TOKEN, WHILLY_WORKER_ID, WHILLY_PLAN,
 WHILLY_AGENT, WHILLY_AGENT_CMD, WHILLY_AGENT_TIMEOUT, WHILLY_MODEL, CLAUDE_BIN, CODEX_BIN,
-WHILLY_BOOTSTRAP_TOKEN.
+WHILLY_WORKSPACE_DIR (per-plan checkouts of repository plans),
+WHILLY_BOOTSTRAP_TOKEN; for the sim agent WHILLY_SIM_DELAY (default 0), WHILLY_SIM_COST
+(USD, default 0) and WHILLY_SIM_FAIL_RATE (0 to 1, default 0).
 
 Exit codes: 0 done (--once, --drain, --max-tasks) or stopped by a signal, 1 an operation
 error, 2 a configuration error or a control plane that refuses the token.
@@ -37,6 +41,9 @@ Flags:
 
 // Main runs the whilly-worker command line and returns its exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) > 0 && args[0] == "gc" {
+		return gcMain(ctx, args[1:], stdout, stderr, getenv)
+	}
 	fs := flag.NewFlagSet("whilly-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -63,6 +70,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		insecure  = fs.Bool("insecure", false, "allow plain http:// to a non-loopback control plane")
 		logDir    = fs.String("log-dir", "", "write each attempt's agent output to a file under this directory")
 		workDir   = fs.String("workdir", "", "directory the agent works in (default: the current one)")
+		wsDir     = fs.String("workspace-dir", env(WorkspaceDirEnv, ""), "per-plan checkouts of repository plans ("+WorkspaceDirEnv+"; default <user cache dir>/whilly/workspaces)")
 		token     = fs.String("token", "", "worker token (prefer WHILLY_WORKER_TOKEN or --token-file: flags show in ps)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -123,13 +131,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	}
 	cfg := agent.ConfigFromEnv(getenv)
 	cfg.Logger = log
+	if cfg.Sim, err = simFromEnv(env); err != nil {
+		return fail(2, "%v", err)
+	}
 	ag, err := agent.New(*agentName, cfg)
 	if err != nil {
 		return fail(2, "%v", err)
 	}
 	w, err := New(api, ag, log, Config{
 		WorkerID: *workerID, PlanID: *planID, Model: *model, Once: *once, Drain: *drain,
-		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir,
+		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir, WorkspaceDir: *wsDir,
 	})
 	if err != nil {
 		return fail(2, "%v", err)
@@ -144,6 +155,35 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	default:
 		return fail(1, "%v", err)
 	}
+}
+
+// simFromEnv reads the sim agent's settings. Unset, the sim finishes at once, free and
+// always successful: the setting of benchmarks.
+func simFromEnv(env func(k, def string) string) (agent.SimConfig, error) {
+	var sc agent.SimConfig
+	if v := env("WHILLY_SIM_DELAY", ""); v != "" && v != "0" {
+		d, err := ParseDuration(v)
+		if err != nil {
+			return sc, fmt.Errorf("WHILLY_SIM_DELAY: %w", err)
+		}
+		sc.Delay = d
+	}
+	if v := env("WHILLY_SIM_COST", ""); v != "" {
+		c, err := plan.ParseUSD(v)
+		if err != nil || c < 0 {
+			return sc, fmt.Errorf("WHILLY_SIM_COST %q is not an amount of USD", v)
+		}
+		sc.Cost = c
+	}
+	if v := env("WHILLY_SIM_FAIL_RATE", ""); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r < 0 || r > 1 {
+			return sc, fmt.Errorf("WHILLY_SIM_FAIL_RATE %q is not a number from 0 to 1", v)
+		}
+		sc.FailRate = r
+	}
+	sc.Seed = uint64(time.Now().UnixNano())
+	return sc, nil
 }
 
 func splitList(s string) []string {

@@ -1,8 +1,11 @@
 // Package worker is whilly's worker loop: claim a task from the control plane (long-poll),
 // START it, run the coding agent under heartbeats, then COMPLETE or FAIL with the cost, or
-// RELEASE it on shutdown. It talks to the control plane only through control/client and
-// must never import pgx, River, chi or ghinstallation: the slim whilly-worker binary is
-// built from it.
+// RELEASE it on shutdown. A claim of a plan tied to a repository carries a workspace: the
+// agent then runs in the plan's checkout (workspace.go), and what it changed is checked by
+// the diff gate (diffgate.go), committed and pushed to the plan's branch before COMPLETE;
+// `whilly-worker gc` bounds the checkouts kept on disk (gc.go). It talks to the control
+// plane only through control/client and must never import pgx, River, chi or
+// ghinstallation: the slim whilly-worker binary is built from it.
 package worker
 
 import (
@@ -42,8 +45,14 @@ type Config struct {
 	HeartbeatEvery time.Duration
 	// LogDir receives one log file per attempt; "" keeps no log files.
 	LogDir string
-	// WorkDir is where the agent runs; "" is the current directory.
+	// WorkDir is where the agent runs when the claim has no workspace; "" is the current
+	// directory.
 	WorkDir string
+	// WorkspaceDir holds the per-plan checkouts of claims that carry a workspace
+	// (WHILLY_WORKSPACE_DIR); "" is DefaultWorkspaceDir. Git is the git executable, ""
+	// finds it on PATH.
+	WorkspaceDir string
+	Git          string
 	// OnResult, when set, is told about each finished attempt (whilly run's progress).
 	OnResult func(Outcome)
 }
@@ -57,6 +66,10 @@ type Outcome struct {
 	Reason   string
 	Cost     plan.USD
 	Duration time.Duration
+	// HeadSHA is the plan branch's head after the task's push; NoChanges says the agent
+	// changed nothing in its workspace.
+	HeadSHA   string
+	NoChanges bool
 }
 
 // Summary counts what a worker did before it stopped.
@@ -74,6 +87,11 @@ type Worker struct {
 	agent agent.Agent
 	log   *slog.Logger
 	cfg   Config
+	ws    *Workspaces
+	// plans whose workspace may be on disk, to remove when the plan ends; owned by Run's
+	// goroutine. scanned says the workspace directory was read once for older ones.
+	plansOnDisk map[string]bool
+	scanned     bool
 }
 
 // New returns a worker. The client must carry the worker's token.
@@ -90,7 +108,13 @@ func New(api *client.Client, ag agent.Agent, log *slog.Logger, cfg Config) (*Wor
 	if cfg.AgentTimeout <= 0 {
 		cfg.AgentTimeout = agent.DefaultTimeout
 	}
-	return &Worker{api: api, agent: ag, log: log.With("worker_id", cfg.WorkerID), cfg: cfg}, nil
+	if cfg.WorkspaceDir == "" {
+		// Without one, a claim that carries a workspace fails with the reason.
+		cfg.WorkspaceDir, _ = DefaultWorkspaceDir()
+	}
+	log = log.With("worker_id", cfg.WorkerID)
+	return &Worker{api: api, agent: ag, log: log, cfg: cfg, ws: NewWorkspaces(cfg.WorkspaceDir, cfg.Git, log),
+		plansOnDisk: map[string]bool{}}, nil
 }
 
 // ErrStopped is returned by Run when ctx ends it; what ran was released first.
@@ -102,7 +126,7 @@ var ErrStopped = errors.New("worker stopped")
 // be reached for a while is waited out with backoff.
 func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	var sum Summary
-	backoff := newBackoff()
+	backoff, idle := newBackoff(), newBackoff()
 	for {
 		if ctx.Err() != nil {
 			return sum, ErrStopped
@@ -110,6 +134,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 		if w.cfg.MaxTasks > 0 && sum.Done+sum.Failed+sum.Lost >= w.cfg.MaxTasks {
 			return sum, nil
 		}
+		asked := time.Now()
 		claim, err := w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds()})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -126,17 +151,29 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 		}
 		backoff.reset()
 		if claim == nil {
+			w.removeEndedWorkspaces(ctx)
 			if w.cfg.Drain {
-				idle, err := w.drained(ctx)
+				drained, err := w.drained(ctx)
 				if err != nil && fatal(err) {
 					return sum, err
 				}
-				if idle {
+				if drained {
 					return sum, nil
 				}
 			}
+			// "Nothing" long before the wait was up means the control plane will not wait
+			// for this plan (paused, finished, cancelled) or is shutting down: asking again
+			// at once would spin, thousands of claims a second.
+			if time.Since(asked) < w.cfg.ClaimWait/2 {
+				if !idle.wait(ctx) {
+					return sum, ErrStopped
+				}
+			} else {
+				idle.reset()
+			}
 			continue
 		}
+		idle.reset()
 		out := w.runTask(ctx, claim)
 		sum.Cost += out.Cost
 		switch out.Status {
@@ -211,16 +248,17 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim) (out Outcome) {
 	}
 
 	// The agent runs under runCtx: cancelled on shutdown (ctx) and when a heartbeat says
-	// the lease is gone. Heartbeats keep the lease alive meanwhile.
+	// the lease is gone. Heartbeats keep the lease alive meanwhile, including while the
+	// workspace is fetched and pushed.
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	var hb sync.WaitGroup
 	hb.Go(func() { w.heartbeat(runCtx, cancelRun, c) })
 
-	res, runErr := w.attempt(runCtx, c)
+	r := w.work(runCtx, log, c)
 	cancelRun(nil)
 	hb.Wait()
-	out.Cost = res.Cost
+	out.Cost = r.res.Cost
 
 	if ctx.Err() != nil {
 		// Shutdown: the agent's process group is gone; hand the task back.
@@ -231,18 +269,23 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim) (out Outcome) {
 		out.Status, out.Reason = "lease_lost", "lease_lost"
 		return out
 	}
-	if runErr == nil && res.Succeeded() {
-		_, err := w.api.Complete(ctx, t.PlanID, t.ID, client.CompleteRequest{LeaseID: c.Lease.ID, CostUSD: res.Cost, Result: bounded(res.Text, 4096)})
-		if err != nil {
+	if r.fail == nil && r.runErr == nil && r.res.Succeeded() {
+		req := client.CompleteRequest{LeaseID: c.Lease.ID, CostUSD: r.res.Cost, Result: bounded(r.res.Text, 4096),
+			HeadSHA: r.pub.HeadSHA, NoChanges: r.pub.NoChanges}
+		if _, err := w.api.Complete(ctx, t.PlanID, t.ID, req); err != nil {
 			return w.lostOrRelease(ctx, log, c, out, err)
 		}
-		out.Status = "done"
+		out.Status, out.HeadSHA, out.NoChanges = "done", r.pub.HeadSHA, r.pub.NoChanges
 		return out
 	}
-	fail := failureOf(res, runErr)
+	fail := r.fail
+	if fail == nil {
+		f := failureOf(r.res, r.runErr)
+		fail = &f
+	}
 	out.Reason = fail.Reason
-	fail.LeaseID, fail.CostUSD = c.Lease.ID, res.Cost
-	if _, err := w.api.Fail(ctx, t.PlanID, t.ID, fail); err != nil {
+	fail.LeaseID, fail.CostUSD = c.Lease.ID, r.res.Cost
+	if _, err := w.api.Fail(ctx, t.PlanID, t.ID, *fail); err != nil {
 		return w.lostOrRelease(ctx, log, c, out, err)
 	}
 	log.InfoContext(ctx, "attempt failed", "reason", fail.Reason)
@@ -250,10 +293,126 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim) (out Outcome) {
 	return out
 }
 
+// workResult is what one attempt did: the agent's result, and in a workspace what was
+// published, or the failure the workspace or the diff gate decided.
+type workResult struct {
+	res    agent.Result
+	runErr error
+	pub    Publication
+	fail   *client.FailRequest
+}
+
+// work runs one attempt: in the claim's workspace when it carries one (locked, fetched
+// fresh, then published when the agent succeeded), else in the configured WorkDir.
+func (w *Worker) work(ctx context.Context, log *slog.Logger, c *client.Claim) workResult {
+	workDir := w.cfg.WorkDir
+	var co *Checkout
+	if c.Workspace != nil {
+		w.plansOnDisk[c.Task.PlanID] = true
+		var err error
+		if co, err = w.ws.Open(ctx, c.Task.PlanID, *c.Workspace); err != nil {
+			if ctx.Err() == nil {
+				log.WarnContext(ctx, "workspace not ready", "error", err)
+			}
+			return workResult{res: agent.Result{ExitCode: -1}, fail: workspaceFailure(err)}
+		}
+		defer func() {
+			if err := co.Close(); err != nil {
+				log.WarnContext(ctx, "unlock the workspace", "error", err)
+			}
+		}()
+		workDir = co.Dir
+	}
+	res, runErr := w.attempt(ctx, c, workDir)
+	r := workResult{res: res, runErr: runErr}
+	if co == nil || runErr != nil || !res.Succeeded() || ctx.Err() != nil {
+		return r
+	}
+	pub, err := co.Publish(ctx, CommitMessage(c.Task.PlanID, c.Task.ID, c.Task.Description))
+	r.pub = pub
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			log.WarnContext(ctx, "the task's changes were not pushed", "error", err)
+		}
+		r.fail = workspaceFailure(err)
+	case pub.NoChanges:
+		log.InfoContext(ctx, "the agent changed nothing; nothing pushed")
+	default:
+		log.InfoContext(ctx, "changes pushed", "branch", c.Workspace.Branch, "head_sha", pub.HeadSHA,
+			"files", pub.Files, "lines", pub.Lines, "rebased", pub.Rebased)
+	}
+	return r
+}
+
+// workspaceFailure turns a workspace or diff-gate error into the FAIL report: a refused
+// diff is not retryable (the same agent would likely do the same), git trouble is.
+func workspaceFailure(err error) *client.FailRequest {
+	var (
+		rej *DiffRejectedError
+		we  *WorkspaceError
+	)
+	retryable := true
+	reason := ReasonWorkspace
+	detail := map[string]any{"detail": agent.Redact(err.Error())}
+	switch {
+	case errors.As(err, &rej):
+		reason, retryable = ReasonDiffRejected, false
+		detail = map[string]any{"reasons": rej.Reasons, "files": rej.Files, "lines": rej.Lines}
+	case errors.As(err, &we):
+		reason = ReasonWorkspace + ": " + we.Stage
+		detail["stage"] = we.Stage
+	}
+	raw, _ := json.Marshal(detail)
+	return &client.FailRequest{Reason: reason, Retryable: &retryable, Detail: raw}
+}
+
+// removeEndedWorkspaces removes the workspaces of plans that have ended (DONE, FAILED,
+// CANCELLED): those this worker used, and, the first time, those it finds on disk.
+func (w *Worker) removeEndedWorkspaces(ctx context.Context) {
+	if !w.scanned {
+		w.scanned = true
+		list, err := w.ws.List()
+		if err != nil {
+			w.log.WarnContext(ctx, "list workspaces", "error", err)
+		}
+		for _, wi := range list {
+			if wi.PlanID != "" {
+				w.plansOnDisk[wi.PlanID] = true
+			}
+		}
+	}
+	for id := range w.plansOnDisk {
+		p, err := w.api.GetPlan(ctx, id)
+		if client.IsNotFound(err) {
+			delete(w.plansOnDisk, id) // not this control plane's plan: gc decides
+			continue
+		}
+		if err != nil {
+			continue // asked again when next idle
+		}
+		switch p.Status {
+		case plan.PlanDone, plan.PlanFailed, plan.PlanCancelled:
+		default:
+			continue
+		}
+		rmCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = w.ws.Remove(rmCtx, id)
+		cancel()
+		if err != nil {
+			w.log.WarnContext(ctx, "remove the workspace of an ended plan", "plan_id", id, "error", err)
+			continue
+		}
+		w.log.InfoContext(ctx, "workspace of an ended plan removed", "plan_id", id, "plan_status", p.Status)
+		delete(w.plansOnDisk, id)
+	}
+}
+
 var errLeaseLost = errors.New("lease lost")
 
-// attempt builds the prompt, runs the agent and the plan's verification commands.
-func (w *Worker) attempt(ctx context.Context, c *client.Claim) (agent.Result, error) {
+// attempt builds the prompt, runs the agent in workDir and the plan's verification
+// commands.
+func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (agent.Result, error) {
 	t := c.Task
 	in := agent.NewPromptInput(c.Plan.ID, c.Plan.Name, plan.Task{
 		ID: t.ID, Priority: t.Priority, Description: t.Description, Dependencies: t.Dependencies,
@@ -269,7 +428,7 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim) (agent.Result, er
 	defer closeLog()
 	res, err := w.agent.Run(ctx, agent.Request{
 		Prompt:  prompt,
-		WorkDir: w.cfg.WorkDir,
+		WorkDir: workDir,
 		Env: []string{"WHILLY_PLAN_ID=" + t.PlanID, "WHILLY_TASK_ID=" + t.ID,
 			fmt.Sprintf("WHILLY_ATTEMPT=%d", t.Attempt), "WHILLY_WORKER_ID=" + w.cfg.WorkerID},
 		Model:     w.cfg.Model,
@@ -284,7 +443,7 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim) (agent.Result, er
 	for i, v := range c.Plan.Verify {
 		cmds[i] = plan.Verify(v)
 	}
-	res.ApplyVerify(agent.RunVerify(ctx, w.cfg.WorkDir, cmds, 0))
+	res.ApplyVerify(agent.RunVerify(ctx, workDir, cmds, 0))
 	return res, nil
 }
 

@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"github.com/whilly-go/whilly/plan"
@@ -56,11 +57,38 @@ type ClaimRequest struct {
 	WaitSeconds float64 `json:"wait_seconds"`
 }
 
-// Claim is a claimed task with its lease and its plan.
+// Claim is a claimed task with its lease and its plan, and for a plan tied to a
+// repository the workspace to run it in.
 type Claim struct {
-	Task  Task  `json:"task"`
-	Lease Lease `json:"lease"`
-	Plan  Plan  `json:"plan"`
+	Task      Task       `json:"task"`
+	Lease     Lease      `json:"lease"`
+	Plan      Plan       `json:"plan"`
+	Workspace *Workspace `json:"workspace,omitempty"`
+}
+
+// Workspace is the repository checkout a task runs in (SPEC §11): the worker fetches
+// CloneURL, works on Branch (created from BaseBranch when the remote lacks it), commits
+// the agent's changes and pushes them fast-forward with Token, a short-lived token that
+// may write to that one repository. The diff gate refuses changes under
+// .github/workflows/ unless AllowWorkflows, and more than MaxFiles files or MaxLines
+// changed lines (zero: the worker's defaults).
+type Workspace struct {
+	CloneURL       string     `json:"clone_url"`
+	BaseBranch     string     `json:"base_branch,omitempty"` // "" is the remote's default branch
+	Branch         string     `json:"branch"`                // whilly/issue-<N>, one per plan
+	Token          string     `json:"token,omitempty"`
+	TokenExpiresAt *time.Time `json:"token_expires_at,omitempty"`
+	AuthorName     string     `json:"author_name,omitempty"`
+	AuthorEmail    string     `json:"author_email,omitempty"`
+	AllowWorkflows bool       `json:"allow_workflows"`
+	MaxFiles       int        `json:"max_files,omitempty"`
+	MaxLines       int        `json:"max_lines,omitempty"`
+}
+
+// LogValue keeps the token out of logs.
+func (w Workspace) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("clone_url", w.CloneURL), slog.String("branch", w.Branch),
+		slog.String("base_branch", w.BaseBranch), slog.Bool("token", w.Token != ""))
 }
 
 // Lease is the fencing token of a claim; it expires at ExpiresAt unless heartbeats extend it.
@@ -132,11 +160,15 @@ type LeaseRequest struct {
 	Reason  string `json:"reason,omitempty"`
 }
 
-// CompleteRequest reports a successful attempt and its cost.
+// CompleteRequest reports a successful attempt and its cost. In a workspace, HeadSHA is
+// the plan branch's head after the task's commit was pushed, and NoChanges says the
+// agent changed nothing (so nothing was pushed).
 type CompleteRequest struct {
-	LeaseID string   `json:"lease_id"`
-	CostUSD plan.USD `json:"cost_usd"`
-	Result  string   `json:"result,omitempty"`
+	LeaseID   string   `json:"lease_id"`
+	CostUSD   plan.USD `json:"cost_usd"`
+	Result    string   `json:"result,omitempty"`
+	HeadSHA   string   `json:"head_sha,omitempty"`
+	NoChanges bool     `json:"no_changes,omitempty"`
 }
 
 // FailRequest reports a failed attempt and its cost. Retryable nil means true.

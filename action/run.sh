@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Entry script of the whilly GitHub Action (action.yml).
+#
+#   run.sh build   builds whilly-worker from the action's own source (and installs the
+#                  claude or codex CLI with npm when the agent needs it and it is missing)
+#   run.sh run     runs whilly-worker --drain, then writes tasks-done, tasks-failed and
+#                  cost-usd to $GITHUB_OUTPUT and a summary to $GITHUB_STEP_SUMMARY
+#
+# Inputs come as environment variables set by action.yml: WHILLY_CONTROL_URL,
+# WHILLY_WORKER_TOKEN, WHILLY_WORKER_ID, WHILLY_BOOTSTRAP_TOKEN, WHILLY_PLAN, WHILLY_AGENT
+# (read by whilly-worker itself, which keeps every WHILLY_*TOKEN* out of the agent's
+# environment) and INPUT_MAX_TASKS, INPUT_TIMEOUT_MINUTES, INPUT_LABELS,
+# INPUT_INSTALL_AGENT. Never interpolate an input into this script: they arrive as data.
+# WHILLY_WORKER_BIN sets where the binary is built (default under $RUNNER_TEMP), and
+# WHILLY_WORKSPACE_DIR where the checkouts go (default $RUNNER_TEMP/whilly-workspaces).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+src="$(dirname "$here")"
+tmp="${RUNNER_TEMP:-${TMPDIR:-/tmp}}"
+bin="${WHILLY_WORKER_BIN:-$tmp/whilly-action/whilly-worker}"
+
+fail() {
+  echo "::error title=whilly::$*" >&2
+  exit 2
+}
+
+build() {
+  mkdir -p "$(dirname "$bin")"
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$bin" ./cmd/whilly-worker)
+  echo "whilly: built $bin with $(go version)"
+  if [ "${INPUT_INSTALL_AGENT:-true}" = "true" ]; then
+    case "${WHILLY_AGENT:-claude}" in
+      claude) command -v "${CLAUDE_BIN:-claude}" >/dev/null 2>&1 || npm install --global --no-fund --no-audit @anthropic-ai/claude-code ;;
+      codex) command -v "${CODEX_BIN:-codex}" >/dev/null 2>&1 || npm install --global --no-fund --no-audit @openai/codex ;;
+    esac
+  fi
+}
+
+# number NAME VALUE: VALUE must be a non-negative number.
+number() {
+  [[ "$2" =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "input $1 must be a number, got '$2'"
+}
+
+# escape a value for a markdown table cell.
+cell() {
+  local s="${1//|/\\|}"
+  printf '%s' "${s//$'\n'/ }"
+}
+
+run() {
+  [ -n "${WHILLY_CONTROL_URL:-}" ] || fail "the control-url input is required"
+  if [ -z "${WHILLY_WORKER_TOKEN:-}" ] && [ -z "${WHILLY_BOOTSTRAP_TOKEN:-}" ]; then
+    fail "give the token (with worker-id) or the bootstrap-token input"
+  fi
+  if [ -n "${WHILLY_WORKER_TOKEN:-}" ] && [ -z "${WHILLY_WORKER_ID:-}" ]; then
+    fail "the token input needs the worker-id input"
+  fi
+  [ -x "$bin" ] || fail "whilly-worker is not built ($bin); run 'run.sh build' first"
+  local max_tasks="${INPUT_MAX_TASKS:-0}" minutes="${INPUT_TIMEOUT_MINUTES:-0}"
+  max_tasks="${max_tasks:-0}" minutes="${minutes:-0}"
+  number max-tasks "$max_tasks"
+  number timeout-minutes "$minutes"
+  [[ "$max_tasks" =~ ^[0-9]+$ ]] || fail "input max-tasks must be a whole number, got '$max_tasks'"
+
+  local args=(--drain --max-tasks "$max_tasks")
+  [ -n "${INPUT_LABELS:-}" ] && args+=(--labels "$INPUT_LABELS")
+  export WHILLY_WORKSPACE_DIR="${WHILLY_WORKSPACE_DIR:-$tmp/whilly-workspaces}"
+
+  local out="$tmp/whilly-action-$$.out"
+  local started=$SECONDS timed_out="$tmp/whilly-action-$$.timeout"
+  rm -f "$timed_out"
+  # stdout (the final counts line) goes to a file; the worker's log (stderr) streams.
+  "$bin" "${args[@]}" >"$out" &
+  local pid=$! watchdog=""
+  # Job cancellation: pass the signal on so the worker releases its task, then wait.
+  trap 'kill -TERM "$pid" 2>/dev/null || true' INT TERM
+  local seconds
+  seconds="$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 + 0.5 }')"
+  if [ "$seconds" -gt 0 ]; then
+    (
+      trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+      sleep "$seconds" &
+      sleeper=$!
+      wait "$sleeper"
+      : >"$timed_out"
+      echo "::warning title=whilly::timeout-minutes ($minutes) reached; the worker hands its task back and stops" >&2
+      kill -TERM "$pid" 2>/dev/null || true
+    ) &
+    watchdog=$!
+  fi
+  local code=0
+  while :; do
+    code=0
+    wait "$pid" || code=$?
+    # A trapped signal interrupts wait while the worker is still stopping: wait again.
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  trap - INT TERM
+  if [ -n "$watchdog" ]; then
+    kill -TERM "$watchdog" 2>/dev/null || true
+    wait "$watchdog" 2>/dev/null || true
+  fi
+  cat "$out"
+
+  local line done_n=0 failed_n=0 released_n=0 cost=0 kv
+  line="$(grep -E '^tasks_done=' "$out" | tail -n 1 || true)"
+  rm -f "$out"
+  for kv in $line; do
+    case "$kv" in
+      tasks_done=*) done_n="${kv#*=}" ;;
+      tasks_failed=*) failed_n="${kv#*=}" ;;
+      tasks_released=*) released_n="${kv#*=}" ;;
+      cost_usd=*) cost="${kv#*=}" ;;
+    esac
+  done
+  if [ -n "${GITHUB_OUTPUT:-}" ]; then
+    {
+      echo "tasks-done=$done_n"
+      echo "tasks-failed=$failed_n"
+      echo "cost-usd=$cost"
+    } >>"$GITHUB_OUTPUT"
+  fi
+  local outcome="finished"
+  if [ -e "$timed_out" ]; then
+    outcome="stopped at timeout-minutes ($minutes)"
+    rm -f "$timed_out"
+  elif [ "$code" -ne 0 ]; then
+    outcome="exited with status $code"
+  fi
+  if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
+    {
+      echo "### whilly worker"
+      echo
+      echo "| plan | tasks done | tasks failed | tasks released | cost (USD) | worker | time |"
+      echo "|---|---:|---:|---:|---:|---|---:|"
+      echo "| $(cell "${WHILLY_PLAN:-any}") | $done_n | $failed_n | $released_n | $cost | $(cell "$outcome") | $((SECONDS - started)) s |"
+    } >>"$GITHUB_STEP_SUMMARY"
+  fi
+  if [ -z "$line" ] && [ "$code" -eq 0 ]; then
+    fail "whilly-worker printed no final counts"
+  fi
+  return "$code"
+}
+
+case "${1:-}" in
+  build) build ;;
+  run) run ;;
+  *)
+    echo "usage: run.sh build | run" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,300 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of `whilly-worker gc`.
+const (
+	DefaultGCMaxAge  = 72 * time.Hour
+	DefaultGCMaxSize = 5_000_000_000 // 5 GB
+)
+
+func shortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:5])
+}
+
+// WorkspaceInfo describes one workspace on disk.
+type WorkspaceInfo struct {
+	Dir      string
+	PlanID   string // from its lock file; "" when unknown
+	LastUsed time.Time
+	Bytes    int64
+	lockPath string
+}
+
+// List returns the workspaces under the root, least recently used first. Sizes are
+// not computed (see GC).
+func (ws *Workspaces) List() ([]WorkspaceInfo, error) {
+	entries, err := os.ReadDir(ws.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list workspaces: %w", err)
+	}
+	byKey := map[string]*WorkspaceInfo{}
+	get := func(k string) *WorkspaceInfo {
+		if w, ok := byKey[k]; ok {
+			return w
+		}
+		w := &WorkspaceInfo{Dir: filepath.Join(ws.root, k), lockPath: filepath.Join(ws.root, k+".lock")}
+		byKey[k] = w
+		return w
+	}
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case e.IsDir():
+			w := get(name)
+			if info, err := e.Info(); err == nil && w.LastUsed.IsZero() {
+				w.LastUsed = info.ModTime()
+			}
+		case strings.HasSuffix(name, ".lock"):
+			w := get(strings.TrimSuffix(name, ".lock"))
+			if info, err := e.Info(); err == nil {
+				w.LastUsed = info.ModTime() // the lock's mtime is the last use
+			}
+			if b, err := os.ReadFile(filepath.Join(ws.root, name)); err == nil {
+				w.PlanID = strings.TrimSpace(string(b))
+			}
+		}
+	}
+	out := make([]WorkspaceInfo, 0, len(byKey))
+	for _, w := range byKey {
+		out = append(out, *w)
+	}
+	slices.SortFunc(out, func(a, b WorkspaceInfo) int { return a.LastUsed.Compare(b.LastUsed) })
+	return out, nil
+}
+
+// GCOptions bounds what gc keeps.
+type GCOptions struct {
+	MaxAge  time.Duration // remove workspaces unused for longer; <= 0 keeps them all
+	MaxSize int64         // then remove the least recently used until the rest fit; <= 0: no limit
+	DryRun  bool
+	Now     time.Time // zero: time.Now()
+}
+
+// GCResult says what gc did.
+type GCResult struct {
+	Removed    []WorkspaceInfo
+	Kept       int
+	KeptBytes  int64
+	Busy       int // in use by a task right now, left alone
+	FreedBytes int64
+}
+
+// GC removes workspaces unused for longer than MaxAge, then the least recently used ones
+// until the others take at most MaxSize bytes. A workspace a task holds is never removed.
+func (ws *Workspaces) GC(ctx context.Context, opt GCOptions) (GCResult, error) {
+	var res GCResult
+	now := opt.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	list, err := ws.List()
+	if err != nil {
+		return res, err
+	}
+	var total int64
+	for i := range list {
+		list[i].Bytes = dirSize(list[i].Dir)
+		total += list[i].Bytes
+	}
+	remove := func(w WorkspaceInfo) (bool, error) {
+		if opt.DryRun {
+			return true, nil
+		}
+		lock, err := lockFile(ctx, w.lockPath, false)
+		if errors.Is(err, errLocked) {
+			res.Busy++
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return true, removeLocked(w.Dir, w.lockPath, lock)
+	}
+	kept := list[:0]
+	for _, w := range list {
+		if opt.MaxAge > 0 && now.Sub(w.LastUsed) > opt.MaxAge {
+			ok, err := remove(w)
+			if err != nil {
+				return res, err
+			}
+			if ok {
+				res.Removed = append(res.Removed, w)
+				total -= w.Bytes
+				continue
+			}
+		}
+		kept = append(kept, w)
+	}
+	var final []WorkspaceInfo
+	for _, w := range kept { // least recently used first
+		if opt.MaxSize > 0 && total > opt.MaxSize {
+			ok, err := remove(w)
+			if err != nil {
+				return res, err
+			}
+			if ok {
+				res.Removed = append(res.Removed, w)
+				total -= w.Bytes
+				continue
+			}
+		}
+		final = append(final, w)
+	}
+	for _, w := range res.Removed {
+		res.FreedBytes += w.Bytes
+	}
+	res.Kept, res.KeptBytes = len(final), total
+	return res, nil
+}
+
+// dirSize is the bytes of the regular files under dir (0 when it is missing).
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil //nolint:nilerr // an unreadable corner counts as empty
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+const gcUsage = `Usage: whilly-worker gc [--dir D] [--max-age 72h] [--max-size 5GB] [--dry-run]
+
+Removes workspaces (per-plan checkouts) unused for longer than --max-age, then the least
+recently used ones until the rest take at most --max-size. Workspaces in use by a task
+are left alone. The directory is WHILLY_WORKSPACE_DIR, default
+<user cache dir>/whilly/workspaces.
+
+Flags:
+`
+
+// gcMain runs `whilly-worker gc`.
+func gcMain(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("whilly-worker gc", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, gcUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		dir     = fs.String("dir", strings.TrimSpace(getenv(WorkspaceDirEnv)), "workspace directory ("+WorkspaceDirEnv+")")
+		maxAge  = fs.String("max-age", DefaultGCMaxAge.String(), "remove workspaces unused for longer (Go duration or seconds; 0 keeps all)")
+		maxSize = fs.String("max-size", "5GB", "then keep at most this much (e.g. 500MB, 5GB, 2GiB; 0: no limit)")
+		dryRun  = fs.Bool("dry-run", false, "print what would be removed, remove nothing")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "whilly-worker gc: "+format+"\n", a...)
+		return code
+	}
+	if fs.NArg() > 0 {
+		return fail(2, "unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	var opt GCOptions
+	if *maxAge != "0" {
+		d, err := ParseDuration(*maxAge)
+		if err != nil {
+			return fail(2, "--max-age: %v", err)
+		}
+		opt.MaxAge = d
+	}
+	size, err := ParseSize(*maxSize)
+	if err != nil {
+		return fail(2, "--max-size: %v", err)
+	}
+	opt.MaxSize, opt.DryRun = size, *dryRun
+	if *dir == "" {
+		if *dir, err = DefaultWorkspaceDir(); err != nil {
+			return fail(2, "%v", err)
+		}
+	}
+	res, err := NewWorkspaces(*dir, "", nil).GC(ctx, opt)
+	verb := "removed"
+	if opt.DryRun {
+		verb = "would remove"
+	}
+	for _, w := range res.Removed {
+		fmt.Fprintf(stdout, "%s %s (plan %s, %s, unused for %s)\n", verb, w.Dir, orUnknown(w.PlanID),
+			FormatSize(w.Bytes), time.Since(w.LastUsed).Round(time.Minute))
+	}
+	fmt.Fprintf(stdout, "workspaces_removed=%d bytes_freed=%d workspaces_kept=%d bytes_kept=%d workspaces_busy=%d\n",
+		len(res.Removed), res.FreedBytes, res.Kept, res.KeptBytes, res.Busy)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	return 0
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// ParseSize reads a byte size: a plain number of bytes, or a number with B, KB, MB, GB,
+// TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), case-insensitive.
+func ParseSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"B", 1}}
+	mult := 1.0
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(num), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(t, 64)
+	if err != nil || n < 0 || n*mult > 1<<62 {
+		return 0, fmt.Errorf("%q is not a size such as 500MB, 5GB or 2GiB", s)
+	}
+	return int64(n * mult), nil
+}
+
+// FormatSize prints bytes with a decimal unit.
+func FormatSize(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d B", n)
+}
