@@ -143,6 +143,8 @@ Exit codes: 0 success, 1 validation or operation error, 2 environment or configu
 		a.runCommand(),
 		a.initCommand(),
 		a.dashboardCommand(),
+		a.forgeCommand(),
+		a.appCommand(),
 	)
 	return root
 }

@@ -85,10 +85,14 @@ type extension struct {
 
 // extensions returns the capabilities configured in the environment. st is the hooked
 // store, so what an extension writes fires the other extensions' hooks too.
-func (a *app) extensions(_ context.Context, st *queue.Store) ([]*extension, error) {
+func (a *app) extensions(ctx context.Context, st *queue.Store) ([]*extension, error) {
+	makers := []func(context.Context, *queue.Store) (*extension, error){
+		a.githubExtension,
+		func(_ context.Context, st *queue.Store) (*extension, error) { return a.trizExtension(st) },
+	}
 	var exts []*extension
-	for _, newExt := range []func(*queue.Store) (*extension, error){a.trizExtension} {
-		e, err := newExt(st)
+	for _, newExt := range makers {
+		e, err := newExt(ctx, st)
 		if err != nil {
 			return nil, err
 		}

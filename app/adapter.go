@@ -1,0 +1,264 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/google/go-github/v62/github"
+)
+
+// ghClient is Client over go-github.
+type ghClient struct{ gh *github.Client }
+
+func (c *ghClient) Issue(ctx context.Context, ref IssueRef) (Issue, error) {
+	is, resp, err := c.gh.Issues.Get(ctx, ref.Owner, ref.Name, ref.Number)
+	if err != nil {
+		return Issue{}, mapErr("get issue "+ref.String(), resp, err)
+	}
+	out := Issue{
+		Number: is.GetNumber(), Title: is.GetTitle(), Body: is.GetBody(), State: is.GetState(),
+		Author: is.GetUser().GetLogin(), URL: is.GetHTMLURL(),
+	}
+	for _, l := range is.Labels {
+		out.Labels = append(out.Labels, l.GetName())
+	}
+	return out, nil
+}
+
+func (c *ghClient) React(ctx context.Context, ref IssueRef, content string) error {
+	_, resp, err := c.gh.Reactions.CreateIssueReaction(ctx, ref.Owner, ref.Name, ref.Number, content)
+	return mapErr("react to "+ref.String(), resp, err)
+}
+
+func (c *ghClient) ReactToComment(ctx context.Context, repo Repo, id int64, content string) error {
+	_, resp, err := c.gh.Reactions.CreateIssueCommentReaction(ctx, repo.Owner, repo.Name, id, content)
+	return mapErr(fmt.Sprintf("react to comment %d in %s", id, repo), resp, err)
+}
+
+func (c *ghClient) Permission(ctx context.Context, repo Repo, user string) (string, error) {
+	p, resp, err := c.gh.Repositories.GetPermissionLevel(ctx, repo.Owner, repo.Name, user)
+	if err != nil {
+		err = mapErr(fmt.Sprintf("read permission of %s on %s", user, repo), resp, err)
+		if errors.Is(err, ErrNotFound) {
+			return PermissionNone, nil
+		}
+		return "", err
+	}
+	return p.GetPermission(), nil
+}
+
+func (c *ghClient) IssueLabels(ctx context.Context, ref IssueRef) ([]string, error) {
+	var out []string
+	opts := &github.ListOptions{PerPage: 100}
+	for page := 0; page < 10; page++ {
+		ls, resp, err := c.gh.Issues.ListLabelsByIssue(ctx, ref.Owner, ref.Name, ref.Number, opts)
+		if err != nil {
+			return nil, mapErr("list labels of "+ref.String(), resp, err)
+		}
+		for _, l := range ls {
+			out = append(out, l.GetName())
+		}
+		if resp.NextPage == 0 {
+			break
+		}
+		opts.Page = resp.NextPage
+	}
+	return out, nil
+}
+
+func (c *ghClient) AddLabels(ctx context.Context, ref IssueRef, names ...string) error {
+	_, resp, err := c.gh.Issues.AddLabelsToIssue(ctx, ref.Owner, ref.Name, ref.Number, names)
+	return mapErr("label "+ref.String(), resp, err)
+}
+
+func (c *ghClient) RemoveLabel(ctx context.Context, ref IssueRef, name string) error {
+	resp, err := c.gh.Issues.RemoveLabelForIssue(ctx, ref.Owner, ref.Name, ref.Number, name)
+	err = mapErr(fmt.Sprintf("remove label %s from %s", name, ref), resp, err)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+func (c *ghClient) RepoLabel(ctx context.Context, repo Repo, name string) (Label, error) {
+	l, resp, err := c.gh.Issues.GetLabel(ctx, repo.Owner, repo.Name, name)
+	if err != nil {
+		return Label{}, mapErr(fmt.Sprintf("get label %s of %s", name, repo), resp, err)
+	}
+	return Label{Name: l.GetName(), Color: l.GetColor(), Description: l.GetDescription()}, nil
+}
+
+func (c *ghClient) CreateLabel(ctx context.Context, repo Repo, l Label) error {
+	_, resp, err := c.gh.Issues.CreateLabel(ctx, repo.Owner, repo.Name, &github.Label{
+		Name: github.String(l.Name), Color: github.String(l.Color), Description: github.String(l.Description),
+	})
+	if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity {
+		return nil // already_exists: someone made it meanwhile
+	}
+	return mapErr(fmt.Sprintf("create label %s in %s", l.Name, repo), resp, err)
+}
+
+func (c *ghClient) CreateComment(ctx context.Context, ref IssueRef, body string) (int64, error) {
+	cm, resp, err := c.gh.Issues.CreateComment(ctx, ref.Owner, ref.Name, ref.Number, &github.IssueComment{Body: github.String(body)})
+	if err != nil {
+		return 0, mapErr("comment on "+ref.String(), resp, err)
+	}
+	return cm.GetID(), nil
+}
+
+func (c *ghClient) EditComment(ctx context.Context, repo Repo, id int64, body string) error {
+	_, resp, err := c.gh.Issues.EditComment(ctx, repo.Owner, repo.Name, id, &github.IssueComment{Body: github.String(body)})
+	return mapErr(fmt.Sprintf("edit comment %d in %s", id, repo), resp, err)
+}
+
+func (c *ghClient) GetComment(ctx context.Context, repo Repo, id int64) (Comment, error) {
+	cm, resp, err := c.gh.Issues.GetComment(ctx, repo.Owner, repo.Name, id)
+	if err != nil {
+		return Comment{}, mapErr(fmt.Sprintf("get comment %d in %s", id, repo), resp, err)
+	}
+	return toComment(cm), nil
+}
+
+func toComment(cm *github.IssueComment) Comment {
+	return Comment{ID: cm.GetID(), Body: cm.GetBody(), Author: cm.GetUser().GetLogin(), AuthorBot: cm.GetUser().GetType() == "Bot"}
+}
+
+func (c *ghClient) Comments(ctx context.Context, ref IssueRef) ([]Comment, error) {
+	var out []Comment
+	opts := &github.IssueListCommentsOptions{ListOptions: github.ListOptions{PerPage: 100}}
+	for page := 0; page < 50; page++ {
+		cms, resp, err := c.gh.Issues.ListComments(ctx, ref.Owner, ref.Name, ref.Number, opts)
+		if err != nil {
+			return nil, mapErr("list comments of "+ref.String(), resp, err)
+		}
+		for _, cm := range cms {
+			out = append(out, toComment(cm))
+		}
+		if resp.NextPage == 0 {
+			break
+		}
+		opts.Page = resp.NextPage
+	}
+	return out, nil
+}
+
+// ghApp is AppClient over go-github with the App's JWT transport.
+type ghApp struct{ gh *github.Client }
+
+func (c *ghApp) HookDeliveries(ctx context.Context, since time.Time) ([]HookDelivery, error) {
+	var out []HookDelivery
+	opts := &github.ListCursorOptions{PerPage: 100}
+	for page := 0; page < 100; page++ {
+		ds, resp, err := c.gh.Apps.ListHookDeliveries(ctx, opts)
+		if err != nil {
+			return nil, mapErr("list webhook deliveries", resp, err)
+		}
+		old := false
+		for _, d := range ds {
+			at := d.GetDeliveredAt().Time
+			if at.Before(since) {
+				old = true
+				continue
+			}
+			out = append(out, HookDelivery{
+				ID: d.GetID(), GUID: d.GetGUID(), DeliveredAt: at, StatusCode: d.GetStatusCode(),
+				Event: d.GetEvent(), Action: d.GetAction(), Redelivery: d.GetRedelivery(),
+			})
+		}
+		if old || resp.Cursor == "" || len(ds) == 0 {
+			break
+		}
+		opts.Cursor = resp.Cursor
+	}
+	return out, nil
+}
+
+func (c *ghApp) Redeliver(ctx context.Context, id int64) error {
+	_, resp, err := c.gh.Apps.RedeliverHookDelivery(ctx, id)
+	var accepted *github.AcceptedError
+	if errors.As(err, &accepted) {
+		return nil
+	}
+	return mapErr(fmt.Sprintf("redeliver delivery %d", id), resp, err)
+}
+
+func (c *ghApp) RepoInstallation(ctx context.Context, repo Repo) (int64, error) {
+	in, resp, err := c.gh.Apps.FindRepositoryInstallation(ctx, repo.Owner, repo.Name)
+	if err != nil {
+		return 0, mapErr("find the installation of "+repo.String(), resp, err)
+	}
+	return in.GetID(), nil
+}
+
+// mapErr turns go-github's and ghinstallation's errors into whilly's: ErrNotFound,
+// *RateLimitError, *StatusError, each wrapped with what was being done.
+func mapErr(op string, resp *github.Response, err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		rl     *github.RateLimitError
+		abuse  *github.AbuseRateLimitError
+		er     *github.ErrorResponse
+		hErr   *ghinstallation.HTTPError
+		status int
+		header http.Header
+		msg    string
+	)
+	switch {
+	case errors.As(err, &rl):
+		wait := time.Until(rl.Rate.Reset.Time) + time.Second
+		return fmt.Errorf("%s: %w", op, &RateLimitError{Status: http.StatusForbidden, Wait: max(wait, time.Second)})
+	case errors.As(err, &abuse):
+		wait := time.Minute
+		if abuse.RetryAfter != nil {
+			wait = *abuse.RetryAfter
+		}
+		return fmt.Errorf("%s: %w", op, &RateLimitError{Status: http.StatusForbidden, Wait: max(wait, time.Second)})
+	case errors.As(err, &er) && er.Response != nil:
+		status, header, msg = er.Response.StatusCode, er.Response.Header, er.Message
+	case errors.As(err, &hErr) && hErr.Response != nil:
+		// ghinstallation leaves the body of a failed token request open.
+		_ = hErr.Response.Body.Close()
+		status, header = hErr.Response.StatusCode, hErr.Response.Header
+	case resp != nil && resp.Response != nil && resp.StatusCode >= 300:
+		status, header = resp.StatusCode, resp.Header
+	default:
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if wait, ok := rateLimitWait(status, header, time.Now()); ok {
+		return fmt.Errorf("%s: %w", op, &RateLimitError{Status: status, Wait: wait})
+	}
+	if status == http.StatusNotFound || status == http.StatusGone {
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", op, &StatusError{Status: status, Message: msg})
+}
+
+// rateLimitWait reads GitHub's rate-limit answer: 403 or 429 with Retry-After (seconds),
+// or with X-RateLimit-Remaining 0 and X-RateLimit-Reset (epoch seconds). A 429 without
+// either waits a minute, as GitHub's documentation advises.
+func rateLimitWait(status int, h http.Header, now time.Time) (time.Duration, bool) {
+	if status != http.StatusForbidden && status != http.StatusTooManyRequests {
+		return 0, false
+	}
+	if s := h.Get("Retry-After"); s != "" {
+		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+			return max(time.Duration(n)*time.Second, time.Second), true
+		}
+	}
+	if h.Get("X-RateLimit-Remaining") == "0" {
+		if n, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64); err == nil {
+			return max(time.Unix(n, 0).Sub(now)+time.Second, time.Second), true
+		}
+	}
+	if status == http.StatusTooManyRequests {
+		return time.Minute, true
+	}
+	return 0, false
+}

@@ -1,0 +1,160 @@
+package app
+
+import (
+	"context"
+	"crypto/rsa"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/golang-jwt/jwt/v4"
+	"github.com/google/go-github/v62/github"
+)
+
+// DefaultAPIURL is GitHub's REST API.
+const DefaultAPIURL = "https://api.github.com/"
+
+// Config identifies whilly to GitHub.
+type Config struct {
+	// AppID and PrivateKey (PEM) are the GitHub App's (WHILLY_GITHUB_APP_ID,
+	// WHILLY_GITHUB_PRIVATE_KEY or …_FILE).
+	AppID      int64
+	PrivateKey []byte
+	// Token is a plain token (WHILLY_GITHUB_TOKEN), used for installation 0 — `whilly
+	// forge intake` without the App.
+	Token string
+	// APIURL is the REST base URL (WHILLY_GITHUB_API_URL): GitHub Enterprise Server's
+	// https://HOST/api/v3/, or a test server. Default DefaultAPIURL.
+	APIURL string
+	// Timeout bounds each API call, token exchange included; default 20 s.
+	Timeout time.Duration
+	// Transport, when set, replaces the shared HTTP transport (tests).
+	Transport http.RoundTripper
+}
+
+// Factory hands out GitHub clients: one per installation, cached with its
+// ghinstallation transport (which caches the installation token until a minute before
+// it expires), all over one shared http.Transport. It is safe for concurrent use.
+type Factory struct {
+	cfg  Config
+	base *url.URL
+	tr   http.RoundTripper
+	key  *rsa.PrivateKey // the App's key; nil with a token only
+
+	mu      sync.Mutex
+	clients map[int64]*ghClient
+	app     *ghApp
+}
+
+// NewFactory checks the configuration (a parsable key when an App id is given) and
+// returns the factory.
+func NewFactory(cfg Config) (*Factory, error) {
+	if cfg.APIURL == "" {
+		cfg.APIURL = DefaultAPIURL
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 20 * time.Second
+	}
+	if !strings.HasSuffix(cfg.APIURL, "/") {
+		cfg.APIURL += "/"
+	}
+	base, err := url.Parse(cfg.APIURL)
+	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" {
+		return nil, fmt.Errorf("GitHub API URL %q is not an http(s) URL", cfg.APIURL)
+	}
+	f := &Factory{cfg: cfg, base: base, tr: cfg.Transport, clients: map[int64]*ghClient{}}
+	if f.tr == nil {
+		f.tr = newTransport()
+	}
+	if cfg.AppID != 0 {
+		if len(cfg.PrivateKey) == 0 {
+			return nil, errors.New("the GitHub App needs its private key")
+		}
+		key, err := jwt.ParseRSAPrivateKeyFromPEM(cfg.PrivateKey)
+		if err != nil {
+			return nil, fmt.Errorf("read the GitHub App's private key (an RSA key in PEM): %w", err)
+		}
+		f.key = key
+	}
+	if f.key == nil && cfg.Token == "" {
+		return nil, errors.New("neither a GitHub App nor a token is configured")
+	}
+	return f, nil
+}
+
+// newTransport is the shared transport: bounded dials, handshakes and header waits, and
+// idle connections kept for reuse across installations.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   32,
+		IdleConnTimeout:       90 * time.Second,
+	}
+}
+
+// HasApp reports whether the App (not only a token) is configured.
+func (f *Factory) HasApp() bool { return f.key != nil }
+
+// appsTransport signs requests with a fresh App JWT. Each installation gets its own:
+// ghinstallation's token refresh writes to the AppsTransport it uses, so sharing one
+// between installations would race.
+func (f *Factory) appsTransport() *ghinstallation.AppsTransport {
+	atr := ghinstallation.NewAppsTransportFromPrivateKey(f.tr, f.cfg.AppID, f.key)
+	atr.BaseURL = strings.TrimSuffix(f.cfg.APIURL, "/")
+	return atr
+}
+
+func (f *Factory) newGitHub(rt http.RoundTripper) *github.Client {
+	gh := github.NewClient(&http.Client{Transport: rt, Timeout: f.cfg.Timeout})
+	gh.BaseURL = f.base
+	gh.UserAgent = "whilly"
+	return gh
+}
+
+// Installation returns the installation's client. Installation 0 is the static token.
+func (f *Factory) Installation(_ context.Context, id int64) (Client, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.clients[id]; ok {
+		return c, nil
+	}
+	var c *ghClient
+	switch {
+	case id == 0 && f.cfg.Token != "":
+		c = &ghClient{gh: f.newGitHub(f.tr).WithAuthToken(f.cfg.Token)}
+	case id == 0:
+		return nil, errors.New("no installation is known for this repository and WHILLY_GITHUB_TOKEN is not set")
+	case f.key == nil:
+		return nil, fmt.Errorf("installation %d: %w", id, ErrNoApp)
+	default:
+		itr := ghinstallation.NewFromAppsTransport(f.appsTransport(), id)
+		c = &ghClient{gh: f.newGitHub(itr)}
+	}
+	f.clients[id] = c
+	return c, nil
+}
+
+// App returns the App's own client (JWT-authenticated).
+func (f *Factory) App(_ context.Context) (AppClient, error) {
+	if f.key == nil {
+		return nil, ErrNoApp
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.app == nil {
+		f.app = &ghApp{gh: f.newGitHub(f.appsTransport())}
+	}
+	return f.app, nil
+}

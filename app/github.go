@@ -1,0 +1,216 @@
+// Package app is whilly's GitHub App: the installation-client factory (one ghinstallation
+// transport per installation, cached, over one shared http.Transport), the go-github
+// adapter behind the small Client interface the rest of whilly sees, the App manifest
+// (app.yml), the state labels, the status-comment renderer, the mirror job that brings an
+// issue to its plan's state, and the reconciler that repairs drift and asks GitHub to
+// redeliver failed webhooks.
+//
+// go-github and ghinstallation types never leave this package: callers speak in Repo,
+// IssueRef, Comment and the error values below (policy-bot's shape). It imports queue
+// and plan; it must not import control, webhook, intake, worker or cli.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/riverqueue/river"
+)
+
+// Repo is a repository, owner/name.
+type Repo struct {
+	Owner string
+	Name  string
+}
+
+// String returns owner/name.
+func (r Repo) String() string { return r.Owner + "/" + r.Name }
+
+// ParseRepo reads owner/name.
+func ParseRepo(s string) (Repo, error) {
+	owner, name, ok := strings.Cut(s, "/")
+	if !ok || owner == "" || name == "" || strings.Contains(name, "/") {
+		return Repo{}, fmt.Errorf("repository %q is not owner/name", s)
+	}
+	return Repo{Owner: owner, Name: name}, nil
+}
+
+// IssueRef names an issue: owner/repo#N.
+type IssueRef struct {
+	Repo
+	Number int
+}
+
+// String returns owner/repo#N, the form stored in plans.github_issue_ref.
+func (r IssueRef) String() string { return r.Repo.String() + "#" + strconv.Itoa(r.Number) }
+
+// ParseIssueRef reads owner/repo#N, and also owner/repo/N (the CLI's form).
+func ParseIssueRef(s string) (IssueRef, error) {
+	i := strings.LastIndexAny(s, "#/")
+	if i < 0 {
+		return IssueRef{}, fmt.Errorf("issue %q is not owner/repo#N or owner/repo/N", s)
+	}
+	n, err := strconv.Atoi(s[i+1:])
+	if err != nil || n <= 0 {
+		return IssueRef{}, fmt.Errorf("issue %q does not end in an issue number", s)
+	}
+	repo, err := ParseRepo(s[:i])
+	if err != nil {
+		return IssueRef{}, fmt.Errorf("issue %q: %w", s, err)
+	}
+	return IssueRef{Repo: repo, Number: n}, nil
+}
+
+// Issue is what whilly reads of an issue.
+type Issue struct {
+	Number int
+	Title  string
+	Body   string
+	State  string // open, closed
+	Labels []string
+	Author string
+	URL    string
+}
+
+// Comment is an issue comment.
+type Comment struct {
+	ID        int64
+	Body      string
+	Author    string
+	AuthorBot bool // the author is a GitHub App (a Bot user)
+}
+
+// Label is a repository label.
+type Label struct {
+	Name        string
+	Color       string // hex without #
+	Description string
+}
+
+// HookDelivery is one delivery attempt of the App's webhook, as GitHub lists them.
+type HookDelivery struct {
+	ID          int64
+	GUID        string // X-GitHub-Delivery; shared by a delivery's redeliveries
+	DeliveredAt time.Time
+	StatusCode  int
+	Event       string
+	Action      string
+	Redelivery  bool
+}
+
+// Reactions whilly uses.
+const (
+	ReactionEyes     = "eyes"
+	ReactionThumbsUp = "+1"
+	ReactionConfused = "confused"
+)
+
+// Permissions a collaborator may have (the permission field of GitHub's API: maintain
+// reads as write, triage as read).
+const (
+	PermissionAdmin = "admin"
+	PermissionWrite = "write"
+	PermissionRead  = "read"
+	PermissionNone  = "none"
+)
+
+// CanWrite reports whether a collaborator permission allows steering whilly: write,
+// maintain (reported as write) or admin.
+func CanWrite(permission string) bool {
+	return permission == PermissionAdmin || permission == PermissionWrite || permission == "maintain"
+}
+
+// Client is what whilly does on GitHub for one installation (or one token). Every method
+// maps GitHub's errors to ErrNotFound, *RateLimitError and *StatusError.
+type Client interface {
+	Issue(ctx context.Context, ref IssueRef) (Issue, error)
+	// React adds a reaction to the issue itself; adding one twice is harmless.
+	React(ctx context.Context, ref IssueRef, content string) error
+	// ReactToComment adds a reaction to an issue comment.
+	ReactToComment(ctx context.Context, repo Repo, commentID int64, content string) error
+	// Permission returns the user's permission on repo (PermissionAdmin …).
+	Permission(ctx context.Context, repo Repo, user string) (string, error)
+	IssueLabels(ctx context.Context, ref IssueRef) ([]string, error)
+	AddLabels(ctx context.Context, ref IssueRef, names ...string) error
+	// RemoveLabel removes a label from the issue; a label it does not carry is no error.
+	RemoveLabel(ctx context.Context, ref IssueRef, name string) error
+	// RepoLabel returns a repository label; ErrNotFound when it does not exist.
+	RepoLabel(ctx context.Context, repo Repo, name string) (Label, error)
+	// CreateLabel creates a repository label; one that already exists is no error.
+	CreateLabel(ctx context.Context, repo Repo, l Label) error
+	CreateComment(ctx context.Context, ref IssueRef, body string) (int64, error)
+	// EditComment replaces a comment's body; ErrNotFound when it was deleted.
+	EditComment(ctx context.Context, repo Repo, id int64, body string) error
+	GetComment(ctx context.Context, repo Repo, id int64) (Comment, error)
+	// Comments lists the issue's comments, oldest first (at most a few thousand).
+	Comments(ctx context.Context, ref IssueRef) ([]Comment, error)
+}
+
+// AppClient is what whilly does as the App itself (JWT), not as an installation.
+type AppClient interface {
+	// HookDeliveries lists the webhook's deliveries since the given time, newest first.
+	HookDeliveries(ctx context.Context, since time.Time) ([]HookDelivery, error)
+	// Redeliver asks GitHub to deliver a delivery again.
+	Redeliver(ctx context.Context, id int64) error
+	// RepoInstallation returns the id of the installation that covers repo.
+	RepoInstallation(ctx context.Context, repo Repo) (int64, error)
+}
+
+// Clients hands out clients; *Factory is the real one.
+type Clients interface {
+	// Installation returns the client of an installation (0: the static token, when
+	// configured).
+	Installation(ctx context.Context, installationID int64) (Client, error)
+	// App returns the App's own client; ErrNoApp when only a token is configured.
+	App(ctx context.Context) (AppClient, error)
+}
+
+// Sentinel errors.
+var (
+	// ErrNotFound: GitHub answered 404 (or 410).
+	ErrNotFound = errors.New("not found on GitHub")
+	// ErrNoApp: the operation needs the GitHub App (WHILLY_GITHUB_APP_ID and its key).
+	ErrNoApp = errors.New("the GitHub App is not configured")
+)
+
+// RateLimitError is GitHub refusing a call for a while (403 or 429 with Retry-After or
+// X-RateLimit-Reset, or a secondary rate limit). Wait is how long to hold off.
+type RateLimitError struct {
+	Status int
+	Wait   time.Duration
+}
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("GitHub rate limit (HTTP %d): retry in %s", e.Status, e.Wait.Round(time.Second))
+}
+
+// StatusError is any other unsuccessful answer from GitHub.
+type StatusError struct {
+	Status  int
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("GitHub answered HTTP %d", e.Status)
+	}
+	return fmt.Sprintf("GitHub answered HTTP %d: %s", e.Status, e.Message)
+}
+
+// Temporary reports whether trying again later may succeed (a 5xx).
+func (e *StatusError) Temporary() bool { return e.Status >= 500 }
+
+// JobError turns an error of a GitHub call into what a River job returns: a rate limit
+// snoozes the job until the limit resets (not counted as an attempt); anything else is
+// returned as is and retried with backoff.
+func JobError(err error) error {
+	var rl *RateLimitError
+	if errors.As(err, &rl) {
+		return river.JobSnooze(max(rl.Wait, time.Second))
+	}
+	return err
+}

@@ -1,0 +1,257 @@
+package app
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// Marker is the hidden first line of a plan's status comment, by which whilly finds it.
+// Plan ids hold only letters, digits and . _ : / -, so the marker cannot be closed early.
+func Marker(planID string) string { return "<!-- whilly:status plan=" + planID + " -->" }
+
+// StatusView is everything the status comment shows.
+type StatusView struct {
+	Plan      queue.PlanInfo
+	Tasks     []queue.TaskInfo
+	PublicURL string   // WHILLY_PUBLIC_URL; no links when empty
+	Source    string   // where the plan came from (intake source)
+	Notes     []string // the intake's notes, e.g. ignored verify commands
+}
+
+// maxRows bounds the task table; GitHub caps a comment at 65,536 characters.
+const maxRows = 100
+
+// Intake sources, as github_intakes.source records them.
+const (
+	SourceBlock    = "block"
+	SourcePlanner  = "planner"
+	SourceTaskList = "task_list"
+	SourceIssue    = "issue"
+)
+
+var sourceText = map[string]string{
+	SourceBlock:    "the `whilly` plan block in the issue",
+	SourcePlanner:  "the planner agent, from the issue",
+	SourceTaskList: "the issue's task list (each task after the one before)",
+	SourceIssue:    "the whole issue, as one task",
+}
+
+// RenderStatus renders the status comment: state, progress, budget, a task table with
+// attempts, cost and worker, the last error and TRIZ finding, links, and the commands.
+// The output depends only on the view (golden-file tested).
+func RenderStatus(v StatusView) string {
+	var b strings.Builder
+	p := v.Plan
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("%s\n", Marker(p.ID))
+	w("### %s\n\n", headline(p))
+
+	counts := map[plan.Status]int{}
+	for _, t := range v.Tasks {
+		counts[t.Status]++
+	}
+	total := len(v.Tasks)
+	finished := counts[plan.StatusDone] + counts[plan.StatusSkipped]
+	pct := 0
+	if total > 0 {
+		pct = finished * 100 / total
+	}
+	w("**Plan** `%s` · **%d/%d** tasks finished (%d%%)", p.ID, finished, total, pct)
+	for _, c := range []struct {
+		st   plan.Status
+		text string
+	}{
+		{plan.StatusInProgress, "running"}, {plan.StatusClaimed, "claimed"}, {plan.StatusPending, "pending"},
+		{plan.StatusFailed, "failed"}, {plan.StatusSkipped, "skipped"}, {plan.StatusCancelled, "cancelled"},
+	} {
+		if n := counts[c.st]; n > 0 {
+			w(" · %d %s", n, c.text)
+		}
+	}
+	w("\n\n")
+	if p.Budget != nil {
+		w("**Budget** %s spent of %s", money(p.Spent), money(*p.Budget))
+		if *p.Budget > 0 {
+			w(" (%d%%)", int64(p.Spent)*100/int64(*p.Budget))
+		}
+		w("\n\n")
+	} else {
+		w("**Budget** %s spent, no cap\n\n", money(p.Spent))
+	}
+	if s, ok := sourceText[v.Source]; ok {
+		w("**Source** %s\n\n", s)
+	}
+	for _, n := range v.Notes {
+		w("> [!NOTE]\n> %s\n\n", oneLine(n, 300))
+	}
+
+	if total > 0 {
+		w("| Task | State | Attempts | Cost | Worker |\n|:--|:--|--:|--:|:--|\n")
+		for i, t := range v.Tasks {
+			if i == maxRows {
+				w("\n…and %d more tasks", total-maxRows)
+				if v.PublicURL != "" {
+					w(" ([dashboard](%s))", dashboardURL(v.PublicURL, p.ID))
+				}
+				w(".\n")
+				break
+			}
+			worker := ""
+			if t.ClaimedBy != "" {
+				worker = "`" + t.ClaimedBy + "`"
+			}
+			w("| `%s` | %s | %d/%d | %s | %s |\n", t.ID, taskState(t.Status), t.Attempts, t.MaxAttempts, money(t.Cost), worker)
+		}
+		w("\n")
+	}
+
+	var skipped []string
+	for _, t := range v.Tasks {
+		if t.Status == plan.StatusSkipped && t.Gate.Decision == plan.DecisionReject {
+			var why []string
+			for _, r := range t.Gate.Missing() {
+				why = append(why, r.Message)
+			}
+			skipped = append(skipped, fmt.Sprintf("- `%s`: %s", t.ID, strings.Join(why, "; ")))
+		}
+	}
+	if len(skipped) > 0 {
+		w("**Skipped by the decision gate**\n%s\n\n", strings.Join(skipped, "\n"))
+	}
+
+	if t, ok := lastError(v.Tasks); ok {
+		w("<details><summary>Last error: <code>%s</code>, attempt %d/%d</summary>\n\n%s\n</details>\n\n",
+			t.ID, t.Attempts, t.MaxAttempts, fenced(tail(t.LastError, 1500)))
+	}
+	for _, t := range v.Tasks {
+		if t.TrizFinding != "" && t.Status != plan.StatusDone {
+			w("<details><summary>TRIZ finding on <code>%s</code></summary>\n\n%s\n</details>\n\n", t.ID, fenced(tail(t.TrizFinding, 1500)))
+			break
+		}
+	}
+	if v.PublicURL != "" {
+		w("[Dashboard](%s) · [Plan (API)](%s)\n\n", dashboardURL(v.PublicURL, p.ID), apiURL(v.PublicURL, p.ID))
+	}
+	w("<sub>Edited in place by whilly. Commands (write access): `/whilly status` · `/whilly retry [TASK]` · `/whilly cancel` · `/whilly budget USD` · `/whilly help`</sub>\n")
+	return b.String()
+}
+
+func headline(p queue.PlanInfo) string {
+	switch p.Status {
+	case plan.PlanActive:
+		return "🔄 whilly: in progress"
+	case plan.PlanPaused:
+		if p.PauseReason == "budget" {
+			return "💸 whilly: paused, budget exhausted — raise it with `/whilly budget USD`"
+		}
+		return "⏸️ whilly: paused"
+	case plan.PlanDone:
+		return "✅ whilly: done"
+	case plan.PlanFailed:
+		return "❌ whilly: failed — `/whilly retry` to try the failed tasks again"
+	case plan.PlanCancelled:
+		return "🚫 whilly: cancelled"
+	}
+	return "whilly: " + strings.ToLower(string(p.Status))
+}
+
+func taskState(s plan.Status) string {
+	switch s {
+	case plan.StatusPending:
+		return "⏳ pending"
+	case plan.StatusClaimed:
+		return "🔒 claimed"
+	case plan.StatusInProgress:
+		return "🏃 running"
+	case plan.StatusDone:
+		return "✅ done"
+	case plan.StatusFailed:
+		return "❌ failed"
+	case plan.StatusSkipped:
+		return "⏭️ skipped"
+	case plan.StatusCancelled:
+		return "🚫 cancelled"
+	}
+	return strings.ToLower(string(s))
+}
+
+// lastError is the most recently updated unfinished task that has an error.
+func lastError(tasks []queue.TaskInfo) (queue.TaskInfo, bool) {
+	var best queue.TaskInfo
+	found := false
+	for _, t := range tasks {
+		if t.LastError == "" || t.Status == plan.StatusDone {
+			continue
+		}
+		if !found || t.UpdatedAt.After(best.UpdatedAt) {
+			best, found = t, true
+		}
+	}
+	return best, found
+}
+
+// money formats an amount with at least two decimals: $5.00, $0.42, $0.004.
+func money(u plan.USD) string {
+	s := u.String()
+	dot := strings.IndexByte(s, '.')
+	switch {
+	case dot < 0:
+		s += ".00"
+	case len(s)-dot == 2:
+		s += "0"
+	}
+	return "$" + s
+}
+
+// fenced puts untrusted text in a code block no line of it can close.
+func fenced(s string) string {
+	longest, run := 0, 0
+	for _, r := range s {
+		if r == '`' {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	fence := strings.Repeat("`", max(3, longest+1))
+	return fence + "text\n" + strings.TrimRight(s, "\n") + "\n" + fence
+}
+
+// tail keeps the last n bytes of s (on a rune boundary), marking the cut.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	for len(s) > 0 && !utf8.RuneStart(s[0]) {
+		s = s[1:]
+	}
+	return "[…]" + s
+}
+
+// oneLine flattens text to one line of at most n bytes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n]
+		for len(s) > 0 && !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+		s += "…"
+	}
+	return s
+}
+
+func dashboardURL(public, planID string) string {
+	return strings.TrimRight(public, "/") + "/?plan=" + url.QueryEscape(planID)
+}
+
+func apiURL(public, planID string) string {
+	return strings.TrimRight(public, "/") + "/v1/plans/" + url.PathEscape(planID)
+}

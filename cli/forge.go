@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	ghapp "github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/intake"
+	"github.com/whilly-go/whilly/queue"
+)
+
+func (a *app) forgeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "forge",
+		Short: "Work with issues on GitHub from the command line",
+		Args:  noArgs,
+	}
+	cmd.AddCommand(a.forgeIntake())
+	return cmd
+}
+
+func (a *app) forgeIntake() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "intake OWNER/REPO/N",
+		Short: "Turn a GitHub issue into a plan, as labelling it whilly-pending does",
+		Long: `Run GitHub intake on one issue from the command line: react 👀, build the plan (the
+` + "```whilly" + ` block, else the planner of WHILLY_PLANNER, else the task list, else the whole
+issue), run the decision gate in strict mode, persist the plan tied to the issue, put
+whilly-in-progress on it and post the status comment. An issue whose tasks the gate
+rejects all gets whilly-needs-info and a comment saying what is missing (exit 1).
+
+It acts as the GitHub App (WHILLY_GITHUB_APP_ID and WHILLY_GITHUB_PRIVATE_KEY or _FILE;
+the installation is found from the repository), or with WHILLY_GITHUB_TOKEN. Running it
+again while the issue's plan is live changes nothing. WHILLY_GITHUB_API_URL points at
+GitHub Enterprise Server.`,
+		Args: exactArgs(1, "one issue, OWNER/REPO/N"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, err := ghapp.ParseIssueRef(args[0])
+			if err != nil {
+				return failf("%v", err)
+			}
+			env, hasApp, err := a.readGitHubEnv()
+			if err != nil {
+				return err
+			}
+			if !hasApp && env.token == "" {
+				return envf("%v", errNoGitHub)
+			}
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				ctx := cmd.Context()
+				parts, err := a.githubParts(st, env, hasApp)
+				if err != nil {
+					return err
+				}
+				var inst int64
+				if hasApp {
+					if inst, err = st.InstallationForRepo(ctx, ref.Repo.String()); errors.Is(err, queue.ErrNotFound) {
+						ac, aerr := parts.factory.App(ctx)
+						if aerr != nil {
+							return aerr
+						}
+						if inst, err = ac.RepoInstallation(ctx, ref.Repo); errors.Is(err, ghapp.ErrNotFound) {
+							return failf("the GitHub App is not installed on %s", ref.Repo)
+						}
+					}
+					if err != nil {
+						return err
+					}
+				}
+				c, err := parts.factory.Installation(ctx, inst)
+				if err != nil {
+					return err
+				}
+				is, err := c.Issue(ctx, ref)
+				if errors.Is(err, ghapp.ErrNotFound) {
+					return failf("issue %s does not exist or is not visible", ref)
+				}
+				if err != nil {
+					return err
+				}
+				if is.State == "closed" {
+					return failf("issue %s is closed", ref)
+				}
+				id := make([]byte, 8)
+				_, _ = rand.Read(id)
+				res, err := parts.intake.Intake(ctx, intake.Request{
+					Ref: ref, InstallationID: inst, DeliveryID: "cli-" + hex.EncodeToString(id), Explicit: true,
+					Issue: intake.IssueText{Ref: ref, Title: is.Title, Body: is.Body},
+				})
+				if err != nil {
+					return err
+				}
+				if res.Planned {
+					// Labels and the comment now, not when `whilly serve` gets to the job.
+					if err := parts.mirror.SyncNow(ctx, res.PlanID); err != nil {
+						return err
+					}
+				}
+				if asJSON {
+					if err := a.writeJSON(res); err != nil {
+						return err
+					}
+				} else {
+					a.printf("%s: %s\n", ref, res.Outcome)
+				}
+				if !res.Planned && res.PlanID == "" {
+					return failf("no plan was made for %s: %s", ref, res.Outcome)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}

@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/whilly-go/whilly/agent"
+	ghapp "github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/intake"
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/webhook"
+)
+
+// githubEnv is the GitHub configuration read from the environment. Secrets come from
+// variables or files, never flags, and are never printed.
+type githubEnv struct {
+	appID     int64
+	key       []byte
+	secret    []byte
+	token     string
+	apiURL    string
+	publicURL string
+	mirror    time.Duration
+	reconcile time.Duration
+}
+
+// readGitHubEnv reads WHILLY_GITHUB_*. app reports whether the App is configured
+// (WHILLY_GITHUB_APP_ID set); when it is, its private key must be there too.
+func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
+	env = githubEnv{token: a.env("WHILLY_GITHUB_TOKEN"), apiURL: a.env("WHILLY_GITHUB_API_URL"), publicURL: a.env("WHILLY_PUBLIC_URL")}
+	if env.mirror, err = a.envDuration("WHILLY_GITHUB_MIRROR_INTERVAL", 3*time.Second); err != nil {
+		return env, false, err
+	}
+	if env.reconcile, err = a.envDuration("WHILLY_GITHUB_RECONCILE_INTERVAL", 5*time.Minute); err != nil {
+		return env, false, err
+	}
+	secret, err := a.secret("WHILLY_GITHUB_WEBHOOK_SECRET")
+	if err != nil {
+		return env, false, err
+	}
+	env.secret = []byte(secret)
+	id := a.env("WHILLY_GITHUB_APP_ID")
+	if id == "" {
+		return env, false, nil
+	}
+	if env.appID, err = strconv.ParseInt(id, 10, 64); err != nil || env.appID <= 0 {
+		return env, false, envf("WHILLY_GITHUB_APP_ID must be the App's numeric id, got %q", id)
+	}
+	key, err := a.secret("WHILLY_GITHUB_PRIVATE_KEY")
+	if err != nil {
+		return env, false, err
+	}
+	if key == "" {
+		return env, false, envf("WHILLY_GITHUB_APP_ID is set but the App's private key is not: set WHILLY_GITHUB_PRIVATE_KEY (PEM) or WHILLY_GITHUB_PRIVATE_KEY_FILE")
+	}
+	if !strings.Contains(key, "\n") {
+		key = strings.ReplaceAll(key, `\n`, "\n") // a PEM squeezed onto one line
+	}
+	env.key = []byte(key)
+	return env, true, nil
+}
+
+// secret reads NAME, else the file named by NAME_FILE.
+func (a *app) secret(name string) (string, error) {
+	if v := a.env(name); v != "" {
+		return v, nil
+	}
+	path := a.env(name + "_FILE")
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", envf("read %s_FILE: %w", name, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func (env githubEnv) factory(hasApp bool) (*ghapp.Factory, error) {
+	cfg := ghapp.Config{Token: env.token, APIURL: env.apiURL}
+	if hasApp {
+		cfg.AppID, cfg.PrivateKey = env.appID, env.key
+	}
+	f, err := ghapp.NewFactory(cfg)
+	if err != nil {
+		return nil, envf("configure GitHub: %w", err)
+	}
+	return f, nil
+}
+
+// githubPlanner is the planner agent of WHILLY_PLANNER, or nil when it is unset.
+func (a *app) githubPlanner() (intake.Planner, error) {
+	name := a.env("WHILLY_PLANNER")
+	if name == "" {
+		return nil, nil
+	}
+	ag, err := agent.New(name, agent.ConfigFromEnv(a.io.Getenv))
+	if err != nil {
+		return nil, envf("WHILLY_PLANNER: %w", err)
+	}
+	timeout, err := a.envDuration("WHILLY_PLANNER_TIMEOUT", 10*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, it intake.IssueText, planID string) (*plan.Plan, plan.USD, error) {
+		res, err := agent.Plan(ctx, ag, agent.PlanRequest{
+			IssueTitle: it.Title, IssueBody: it.Body, Slug: planID, Repo: it.Ref.Repo.String(),
+		}, timeout)
+		return res.Plan, res.Cost, err
+	}, nil
+}
+
+// githubParts is the GitHub App wired over one store: what serve and forge share.
+type githubParts struct {
+	factory *ghapp.Factory
+	jobs    *river.Client[pgx.Tx] // insert-only
+	mirror  *ghapp.Mirror
+	intake  *intake.Service
+}
+
+func (a *app) githubParts(st *queue.Store, env githubEnv, hasApp bool) (*githubParts, error) {
+	f, err := env.factory(hasApp)
+	if err != nil {
+		return nil, err
+	}
+	// An insert-only client: the webhook and intake insert jobs before (or without) the
+	// control plane's River client existing; River workers run them.
+	jobs, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{Logger: a.log})
+	if err != nil {
+		return nil, envf("create the job inserter: %w", err)
+	}
+	planner, err := a.githubPlanner()
+	if err != nil {
+		return nil, err
+	}
+	mirror := ghapp.NewMirror(st, f, a.log, ghapp.MirrorConfig{Coalesce: env.mirror, PublicURL: env.publicURL})
+	svc := intake.New(st, f, mirror, jobs, a.log, intake.Config{Planner: planner})
+	return &githubParts{factory: f, jobs: jobs, mirror: mirror, intake: svc}, nil
+}
+
+// githubExtension plugs the GitHub App into the control plane: POST /webhook, the
+// delivery, mirror and reconciler jobs, and the mirror hook on every plan change. It is
+// nil without WHILLY_GITHUB_APP_ID; with it, the webhook secret and the private key are
+// required (exit 2).
+func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, error) {
+	env, hasApp, err := a.readGitHubEnv()
+	if err != nil || !hasApp {
+		return nil, err
+	}
+	if len(env.secret) == 0 {
+		return nil, envf("WHILLY_GITHUB_APP_ID is set but WHILLY_GITHUB_WEBHOOK_SECRET is not: the webhook refuses unsigned deliveries")
+	}
+	parts, err := a.githubParts(st, env, hasApp)
+	if err != nil {
+		return nil, err
+	}
+	hook, err := webhook.New(st, func(ctx context.Context, tx pgx.Tx, id string) error {
+		_, err := parts.jobs.InsertTx(ctx, tx, queue.GitHubDeliveryArgs{DeliveryID: id}, nil)
+		return err
+	}, a.log, webhook.Config{Secret: env.secret, Events: intake.Events()})
+	if err != nil {
+		return nil, envf("start the webhook receiver: %w", err)
+	}
+	rec := ghapp.NewReconciler(st, parts.factory, a.log, ghapp.ReconcileConfig{Interval: env.reconcile})
+	return &extension{
+		planChanged: func(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], planID string) error {
+			if rc == nil {
+				return parts.mirror.PlanChanged(ctx, tx, parts.jobs, planID)
+			}
+			return parts.mirror.PlanChanged(ctx, tx, rc, planID)
+		},
+		register: func(w *river.Workers) []*river.PeriodicJob {
+			river.AddWorker(w, parts.intake.Worker())
+			river.AddWorker(w, parts.mirror.Worker())
+			river.AddWorker(w, rec.Worker())
+			return []*river.PeriodicJob{rec.Periodic()}
+		},
+		routes: map[string]http.Handler{"/webhook": hook},
+	}, nil
+}
+
+// errNoGitHub is returned by commands that need GitHub when nothing is configured.
+var errNoGitHub = errors.New("GitHub is not configured: set WHILLY_GITHUB_APP_ID and WHILLY_GITHUB_PRIVATE_KEY (or _FILE) for the App, or WHILLY_GITHUB_TOKEN")

@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/riverqueue/river"
+
+	ghapp "github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/queue"
+)
+
+func githubTestApp(env map[string]string) (*app, *bytes.Buffer) {
+	var out bytes.Buffer
+	stdio := IO{In: strings.NewReader(""), Out: &out, Err: &out, Getenv: func(k string) string { return env[k] }}
+	return &app{io: stdio, log: slog.New(slog.DiscardHandler)}, &out
+}
+
+func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
+	t.Parallel()
+	gh := testkit.NewGitHub(t)
+	st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
+	a, _ := githubTestApp(map[string]string{})
+	if ext, err := a.githubExtension(context.Background(), st); ext != nil || err != nil {
+		t.Errorf("without WHILLY_GITHUB_APP_ID: %v, %v; want nil, nil", ext, err)
+	}
+	full := map[string]string{
+		"WHILLY_GITHUB_APP_ID": "4242", "WHILLY_GITHUB_PRIVATE_KEY": string(gh.KeyPEM),
+		"WHILLY_GITHUB_WEBHOOK_SECRET": "s", "WHILLY_GITHUB_API_URL": gh.URL(),
+	}
+	for _, missing := range []string{"WHILLY_GITHUB_WEBHOOK_SECRET", "WHILLY_GITHUB_PRIVATE_KEY"} {
+		env := map[string]string{}
+		for k, v := range full {
+			if k != missing {
+				env[k] = v
+			}
+		}
+		a, _ := githubTestApp(env)
+		_, err := a.githubExtension(context.Background(), st)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != ExitEnv || !strings.Contains(err.Error(), missing) {
+			t.Errorf("without %s: %v, want exit 2 naming it", missing, err)
+		}
+	}
+	a, _ = githubTestApp(full)
+	ext, err := a.githubExtension(context.Background(), st)
+	if err != nil || ext == nil || ext.routes["/webhook"] == nil || ext.planChanged == nil {
+		t.Fatalf("configured: %+v, %v", ext, err)
+	}
+	w := river.NewWorkers()
+	if periodic := ext.register(w); len(periodic) != 1 {
+		t.Errorf("%d periodic jobs, want the reconciler", len(periodic))
+	}
+}
+
+func TestAppManifestPrintsAppYML(t *testing.T) {
+	t.Parallel()
+	a, out := githubTestApp(map[string]string{"WHILLY_PUBLIC_URL": "https://w.example.com"})
+	cmd := a.appCommand()
+	cmd.SetArgs([]string{"manifest"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != string(ghapp.ManifestYAML()) {
+		t.Errorf("manifest output differs from app.yml")
+	}
+	out.Reset()
+	cmd = a.appCommand()
+	cmd.SetArgs([]string{"manifest", "--json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"url": "https://w.example.com/webhook"`) {
+		t.Errorf("manifest JSON:\n%s", out.String())
+	}
+}
+
+func TestForgeIntakeWithAToken(t *testing.T) {
+	t.Parallel()
+	gh := testkit.NewGitHub(t)
+	body := "Fix the README.\n\n- [ ] Fix the spelling of commit in README.md\n\n## Acceptance criteria\n- no commmit\n\n## Test steps\n- grep -c commmit README.md\n"
+	gh.AddIssue("octo/shop", 3, "Spelling", body, "octo")
+	dsn := testkit.DSN(t)
+	env := map[string]string{"WHILLY_DATABASE_URL": dsn, "WHILLY_GITHUB_TOKEN": gh.Token, "WHILLY_GITHUB_API_URL": gh.URL()}
+	a, out := githubTestApp(env)
+	cmd := a.forgeCommand()
+	cmd.SetArgs([]string{"intake", "octo/shop/3"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("forge intake: %v\n%s", err, out)
+	}
+	if !strings.Contains(out.String(), "planned gh/octo/shop/3") {
+		t.Errorf("output: %s", out)
+	}
+	if got := gh.IssueLabels("octo/shop", 3); len(got) != 1 || got[0] != ghapp.LabelInProgress {
+		t.Errorf("labels = %v, want whilly-in-progress", got)
+	}
+	cs := gh.IssueComments("octo/shop", 3)
+	if len(cs) != 1 || !strings.HasPrefix(cs[0].Body, ghapp.Marker("gh/octo/shop/3")) {
+		t.Errorf("comments = %+v, want the status comment", cs)
+	}
+	// Again: the plan is live, nothing changes.
+	cmd = a.forgeCommand()
+	cmd.SetArgs([]string{"intake", "octo/shop/3"})
+	_ = cmd.Execute()
+	if n := len(gh.IssueComments("octo/shop", 3)); n != 1 {
+		t.Errorf("%d comments after a second intake, want 1", n)
+	}
+	a, _ = githubTestApp(map[string]string{"WHILLY_DATABASE_URL": dsn})
+	cmd = a.forgeCommand()
+	cmd.SetArgs([]string{"intake", "octo/shop/3"})
+	var ee *exitError
+	if err := cmd.Execute(); !errors.As(err, &ee) || ee.code != ExitEnv {
+		t.Errorf("without GitHub configured: %v, want exit 2", err)
+	}
+}

@@ -1,0 +1,305 @@
+package intake_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/intake"
+	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/webhook"
+)
+
+const (
+	repoName = "Codertocat/Hello-World" // the fixtures' repository and issue
+	issueNum = 1
+	instID   = 77
+	admin    = "Codertocat" // the fixtures' sender
+	issueRef = repoName + "#1"
+)
+
+// goodBody makes a two-task plan the gate allows.
+const goodBody = `The README spells "commit" with three m's in two places.
+
+- [ ] Fix the spelling of commit in README.md, both places
+- [ ] Add a spelling check for README.md to the CI workflow
+
+## Acceptance criteria
+- README.md spells commit correctly everywhere
+
+## Test steps
+- grep -c commmit README.md prints 0
+`
+
+// env is the GitHub side of whilly over a real database and the fake GitHub: the
+// webhook receiver on httptest, River running the delivery, mirror and reconciler
+// workers.
+type env struct {
+	t       testing.TB
+	ctx     context.Context
+	gh      *testkit.GitHub
+	pool    *pgxpool.Pool
+	store   *queue.Store // with the mirror hook: what workers' transitions go through
+	river   *river.Client[pgx.Tx]
+	svc     *intake.Service
+	mirror  *app.Mirror
+	rec     *app.Reconciler
+	hookURL string
+	secret  []byte
+	body    string // the issue's body, as the fake and the payloads hold it
+	seq     atomic.Int64
+}
+
+type envOptions struct {
+	coalesce time.Duration
+	body     string
+	noRiver  bool
+}
+
+func newEnv(t testing.TB, o envOptions) *env {
+	t.Helper()
+	if o.coalesce == 0 {
+		o.coalesce = 100 * time.Millisecond
+	}
+	if o.body == "" {
+		o.body = goodBody
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("WHILLY_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	gh := testkit.NewGitHub(t)
+	gh.Install(instID, repoName)
+	gh.AddIssue(repoName, issueNum, "Spelling error in the README file", o.body, admin, "bug", app.LabelPending)
+	gh.SetPermission(repoName, admin, "admin")
+	gh.SetPermission(repoName, "reader", "read")
+
+	pool := testkit.DB(t)
+	base := queue.NewStore(pool, log, queue.Config{BackoffBase: 10 * time.Millisecond})
+	f, err := app.NewFactory(app.Config{AppID: gh.AppID, PrivateKey: gh.KeyPEM, APIURL: gh.URL(), Token: gh.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror := app.NewMirror(base, f, log, app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com"})
+	rec := app.NewReconciler(base, f, log, app.ReconcileConfig{})
+	workers := river.NewWorkers()
+	e := &env{t: t, ctx: ctx, gh: gh, pool: pool, mirror: mirror, rec: rec, secret: []byte("s3cret-for-tests"), body: o.body}
+	cfg := &river.Config{
+		Logger: log, Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
+		Queues:      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
+		JobTimeout:  time.Minute,
+		TestOnly:    true,
+		MaxAttempts: 25,
+	}
+	if o.noRiver {
+		cfg.Queues = nil
+	}
+	rc, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.river = rc
+	e.svc = intake.New(base, f, mirror, rc, log, intake.Config{})
+	e.store = base.WithHooks(mirror.Hooks(rc))
+	river.AddWorker(workers, e.svc.Worker())
+	river.AddWorker(workers, mirror.Worker())
+	river.AddWorker(workers, rec.Worker())
+	if !o.noRiver {
+		if err := rc.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+			defer c()
+			_ = rc.Stop(sctx)
+		})
+	}
+	hook, err := webhook.New(base, func(ctx context.Context, tx pgx.Tx, id string) error {
+		_, err := rc.InsertTx(ctx, tx, queue.GitHubDeliveryArgs{DeliveryID: id}, nil)
+		return err
+	}, log, webhook.Config{Secret: e.secret, Events: intake.Events()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hook)
+	t.Cleanup(srv.Close)
+	e.hookURL = srv.URL + "/webhook"
+	return e
+}
+
+// payload is a real fixture with the installation, and the edits given.
+func (e *env) payload(event, name string, edits map[string]any) []byte {
+	all := map[string]any{"installation": map[string]any{"id": instID}}
+	for k, v := range edits {
+		all[k] = v
+	}
+	return testkit.WebhookPayload(e.t, event, name, all)
+}
+
+// labeled is the issues.labeled delivery of whilly-pending.
+func (e *env) labeled() []byte {
+	return e.payload("issues", "labeled", map[string]any{"label.name": app.LabelPending, "issue.body": e.body})
+}
+
+// post delivers a signed payload and returns the status.
+func (e *env) post(event, id string, body []byte) int {
+	e.t.Helper()
+	req := testkit.WebhookRequest(e.t, e.hookURL, e.secret, event, id, body)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("post webhook: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// deliver posts with a fresh delivery id and expects 202.
+func (e *env) deliver(event string, body []byte) string {
+	e.t.Helper()
+	id := fmt.Sprintf("delivery-%d", e.seq.Add(1))
+	if st := e.post(event, id, body); st != http.StatusAccepted {
+		e.t.Fatalf("webhook answered %d, want 202", st)
+	}
+	return id
+}
+
+// comment delivers issue_comment.created with body by user.
+func (e *env) comment(user, body string) string {
+	id := e.gh.AddComment(repoName, issueNum, user, body)
+	return e.deliver("issue_comment", e.payload("issue_comment", "created", map[string]any{
+		"comment.body": body, "comment.id": id, "comment.user.login": user, "sender.login": user,
+	}))
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// idle waits until every delivery is processed and no job is waiting or running.
+func (e *env) idle() {
+	e.t.Helper()
+	waitFor(e.t, "deliveries processed and jobs drained", func() bool {
+		var open, jobs int
+		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM webhook_deliveries WHERE processed_at IS NULL`).Scan(&open); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM river_job WHERE state IN ('available', 'running', 'scheduled', 'retryable', 'pending')`).Scan(&jobs); err != nil {
+			e.t.Fatal(err)
+		}
+		return open == 0 && jobs == 0
+	})
+}
+
+func (e *env) plan() queue.PlanInfo {
+	e.t.Helper()
+	pi, err := e.store.IssuePlan(e.ctx, issueRef)
+	if err != nil {
+		e.t.Fatalf("plan of the issue: %v", err)
+	}
+	return pi
+}
+
+func (e *env) labels() []string { return e.gh.IssueLabels(repoName, issueNum) }
+
+func (e *env) stateLabels() []string {
+	var out []string
+	for _, l := range e.labels() {
+		if app.IsStateLabel(l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (e *env) statusComments() []testkit.FakeComment {
+	var out []testkit.FakeComment
+	for _, c := range e.gh.IssueComments(repoName, issueNum) {
+		if strings.HasPrefix(c.Body, "<!-- whilly:status plan=") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// waitState waits until the issue's only state label is want.
+func (e *env) waitState(want string) {
+	e.t.Helper()
+	waitFor(e.t, "state label "+want, func() bool {
+		l := e.stateLabels()
+		return len(l) == 1 && l[0] == want
+	})
+}
+
+// intake delivers the label event and waits for the plan, the label and the comment.
+func (e *env) intake() queue.PlanInfo {
+	e.t.Helper()
+	e.deliver("issues", e.labeled())
+	e.waitState(app.LabelInProgress)
+	waitFor(e.t, "the status comment", func() bool { return len(e.statusComments()) == 1 })
+	return e.plan()
+}
+
+// runTask claims, starts and completes (or fails) the next task of the plan as a worker.
+func (e *env) runTask(w queue.Worker, planID string, cost string, fail bool) bool {
+	e.t.Helper()
+	c, err := e.store.Claim(e.ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: planID})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if c == nil {
+		return false
+	}
+	l := queue.Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: w.ID}
+	if _, err := e.store.Start(e.ctx, l); err != nil {
+		e.t.Fatal(err)
+	}
+	u, err := plan.ParseUSD(cost)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if fail {
+		no := false
+		_, err = e.store.Fail(e.ctx, l, queue.FailInput{Cost: u, Reason: "tests failed: `go test` exited 1", Retryable: &no})
+	} else {
+		_, err = e.store.Complete(e.ctx, l, queue.CompleteInput{Cost: u, Result: "<promise>COMPLETE</promise>"})
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return true
+}
+
+func (e *env) worker(name string) queue.Worker {
+	e.t.Helper()
+	w, _, err := e.store.RegisterWorker(e.ctx, name, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return w
+}

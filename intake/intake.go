@@ -1,0 +1,470 @@
+// Package intake turns GitHub events into whilly's actions: the River worker that
+// processes stored webhook deliveries, issue intake (an issue labelled whilly-pending
+// becomes a plan), the /whilly comment commands, closing an issue (cancels its plan) and
+// the installations table. It decodes payloads with go-github and hands the rest of
+// whilly only its own types; it talks to GitHub through app.Client.
+//
+// It imports app, queue and plan; it must not import webhook, control, worker, agent
+// or cli (the planner is injected as a function).
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-github/v62/github"
+	"github.com/riverqueue/river"
+
+	"github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// Events are the X-GitHub-Event values intake handles; app.yml subscribes to exactly
+// these (a test checks it).
+func Events() []string {
+	return []string{"issues", "issue_comment", "installation", "installation_repositories", "pull_request"}
+}
+
+// Planner makes a plan from an issue (WHILLY_PLANNER); it is agent.Plan in production.
+// The plan's id is given; cost is what the planner spent, also when it fails.
+type Planner func(ctx context.Context, it IssueText, planID string) (p *plan.Plan, cost plan.USD, err error)
+
+// Config tunes intake.
+type Config struct {
+	// Planner, when set, builds plans from issues without a ```whilly block.
+	Planner Planner
+	// StaleIntake is how long an unfinished intake blocks other deliveries of its issue
+	// before one may take it over; default 30 min (a planner may take ten).
+	StaleIntake time.Duration
+}
+
+// Service processes GitHub events.
+type Service struct {
+	store   *queue.Store // with the mirror's hooks
+	clients app.Clients
+	mirror  *app.Mirror
+	jobs    app.Jobs
+	log     *slog.Logger
+	cfg     Config
+}
+
+// New returns the service. Its store runs the mirror's hook on every change it makes,
+// inserting mirror jobs through jobs (other hooks of store are replaced: intake's
+// changes need only the mirror).
+func New(store *queue.Store, clients app.Clients, mirror *app.Mirror, jobs app.Jobs, log *slog.Logger, cfg Config) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.StaleIntake <= 0 {
+		cfg.StaleIntake = 30 * time.Minute
+	}
+	return &Service{store: store.WithHooks(mirror.Hooks(jobs)), clients: clients, mirror: mirror, jobs: jobs, log: log, cfg: cfg}
+}
+
+// Store returns the service's store (with the mirror's hooks).
+func (s *Service) Store() *queue.Store { return s.store }
+
+// Worker returns the River worker of delivery jobs.
+func (s *Service) Worker() river.Worker[queue.GitHubDeliveryArgs] { return &deliveryWorker{s: s} }
+
+type deliveryWorker struct {
+	river.WorkerDefaults[queue.GitHubDeliveryArgs]
+	s *Service
+}
+
+// Timeout leaves room for the planner agent.
+func (w *deliveryWorker) Timeout(*river.Job[queue.GitHubDeliveryArgs]) time.Duration {
+	return 15 * time.Minute
+}
+
+func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[queue.GitHubDeliveryArgs]) error {
+	outcome, err := w.s.HandleDelivery(ctx, job.Args.DeliveryID)
+	if err != nil {
+		w.s.log.WarnContext(ctx, "github delivery failed", "delivery_id", job.Args.DeliveryID, "error", err)
+		return app.JobError(err)
+	}
+	w.s.log.InfoContext(ctx, "github delivery processed", "delivery_id", job.Args.DeliveryID, "outcome", outcome)
+	return nil
+}
+
+// HandleDelivery processes one stored delivery and records its outcome. An error means
+// "try again" (GitHub or the database failed); everything else, including payloads that
+// make no sense, ends with an outcome.
+func (s *Service) HandleDelivery(ctx context.Context, id string) (string, error) {
+	d, err := s.store.GetDelivery(ctx, id)
+	if errors.Is(err, queue.ErrNotFound) {
+		return "gone", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if d.ProcessedAt != nil {
+		return d.Outcome, nil
+	}
+	outcome, err := s.dispatch(ctx, d)
+	if err != nil {
+		return "", err
+	}
+	if err := s.store.FinishDelivery(ctx, id, outcome); err != nil {
+		return "", err
+	}
+	return outcome, nil
+}
+
+func (s *Service) dispatch(ctx context.Context, d queue.Delivery) (string, error) {
+	ev, err := github.ParseWebHook(d.Event, d.Payload)
+	if err != nil {
+		return "invalid payload", nil //nolint:nilerr // a payload that cannot be read never will be
+	}
+	switch e := ev.(type) {
+	case *github.IssuesEvent:
+		return s.issueEvent(ctx, d.ID, e)
+	case *github.IssueCommentEvent:
+		return s.commentEvent(ctx, e)
+	case *github.InstallationEvent:
+		return s.installationEvent(ctx, e)
+	case *github.InstallationRepositoriesEvent:
+		return s.installationReposEvent(ctx, e)
+	case *github.PullRequestEvent:
+		return "ignored: pull requests are not linked to plans yet", nil
+	}
+	return "ignored: event not handled", nil
+}
+
+func issueRef(repo *github.Repository, number int) (app.IssueRef, bool) {
+	owner, name := repo.GetOwner().GetLogin(), repo.GetName()
+	if owner == "" || name == "" || number <= 0 {
+		return app.IssueRef{}, false
+	}
+	return app.IssueRef{Repo: app.Repo{Owner: owner, Name: name}, Number: number}, true
+}
+
+func (s *Service) issueEvent(ctx context.Context, deliveryID string, e *github.IssuesEvent) (string, error) {
+	ref, ok := issueRef(e.GetRepo(), e.GetIssue().GetNumber())
+	if !ok {
+		return "ignored: no repository or issue in the payload", nil
+	}
+	inst := e.GetInstallation().GetID()
+	switch e.GetAction() {
+	case "labeled":
+		if e.GetLabel().GetName() != app.LabelPending {
+			return "ignored: not the whilly-pending label", nil
+		}
+		res, err := s.Intake(ctx, Request{
+			Ref: ref, InstallationID: inst, DeliveryID: deliveryID, Sender: e.GetSender().GetLogin(),
+			SenderBot: e.GetSender().GetType() == "Bot", CheckPermission: true,
+			Issue: IssueText{Ref: ref, Title: e.GetIssue().GetTitle(), Body: e.GetIssue().GetBody()},
+		})
+		return res.Outcome, err
+	case "closed":
+		return s.closeIssue(ctx, ref, e.GetSender().GetLogin())
+	case "unlabeled":
+		// A state label taken off by a person: put the plan's state back at once (the
+		// reconciler would, later). whilly's own label changes come from a bot.
+		l := e.GetLabel().GetName()
+		if !app.IsStateLabel(l) || l == app.LabelPending || e.GetSender().GetType() == "Bot" {
+			return "ignored", nil
+		}
+		pi, err := s.store.IssuePlan(ctx, ref.String())
+		if errors.Is(err, queue.ErrNotFound) {
+			return "ignored: no plan", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if err := s.verify(ctx, pi.ID); err != nil {
+			return "", err
+		}
+		return "label drift: verifying " + pi.ID, nil
+	}
+	return "ignored: issue action " + e.GetAction(), nil
+}
+
+// verify enqueues a mirror job that reads the issue back and repairs it.
+func (s *Service) verify(ctx context.Context, planID string) error {
+	if _, err := s.jobs.Insert(ctx, app.MirrorArgs{PlanID: planID, Verify: true}, nil); err != nil {
+		return fmt.Errorf("enqueue verification of plan %s: %w", planID, err)
+	}
+	return nil
+}
+
+func (s *Service) closeIssue(ctx context.Context, ref app.IssueRef, sender string) (string, error) {
+	pi, err := s.store.IssuePlan(ctx, ref.String())
+	if errors.Is(err, queue.ErrNotFound) {
+		return "ignored: no plan", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if pi.Status != plan.PlanActive && pi.Status != plan.PlanPaused {
+		return "ignored: plan " + pi.ID + " is " + string(pi.Status), nil
+	}
+	n, err := s.store.CancelPlan(ctx, pi.ID, "issue closed by @"+sender)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("cancelled plan %s (%d tasks): issue closed", pi.ID, n), nil
+}
+
+// Request is one intake of an issue.
+type Request struct {
+	Ref            app.IssueRef
+	InstallationID int64 // 0: the static token
+	DeliveryID     string
+	Sender         string
+	SenderBot      bool
+	// CheckPermission asks GitHub whether the sender may write to the repository (a
+	// webhook); the CLI's operator is trusted.
+	CheckPermission bool
+	// Explicit takes the issue in even when it does not carry whilly-pending (the CLI).
+	Explicit bool
+	Issue    IssueText
+}
+
+// Result is what an intake did.
+type Result struct {
+	Outcome string `json:"outcome"`
+	PlanID  string `json:"plan_id,omitempty"`
+	// Planned: this intake persisted the plan (PlanID).
+	Planned bool `json:"planned"`
+}
+
+// Intake turns the issue into a plan (SPEC §11): 👀 on the issue; a plan from the
+// ```whilly block, else the planner, else the task list, else the whole issue; the gate
+// in strict mode; the plan persisted with its issue ref (plan.created); the labels and
+// the status comment follow through the mirror job inserted with the plan. All tasks
+// rejected: whilly-needs-info and a comment saying what is missing. It is idempotent per
+// issue whatever the redeliveries and concurrency: BeginIntake lets one delivery through
+// per label event, and an issue that no longer carries whilly-pending is not taken in.
+func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
+	if req.SenderBot {
+		return Result{Outcome: "ignored: labelled by a bot"}, nil
+	}
+	c, err := s.clients.Installation(ctx, req.InstallationID)
+	if err != nil {
+		return Result{}, err
+	}
+	if req.CheckPermission {
+		perm, err := c.Permission(ctx, req.Ref.Repo, req.Sender)
+		if err != nil {
+			return Result{}, err
+		}
+		if !app.CanWrite(perm) {
+			return Result{Outcome: fmt.Sprintf("ignored: @%s has %s permission, not write", req.Sender, perm)}, nil
+		}
+	}
+	ref := req.Ref.String()
+	claim, err := s.store.BeginIntake(ctx, ref, req.DeliveryID, s.cfg.StaleIntake, func(seq int) string { return PlanID(req.Ref, seq) })
+	if err != nil {
+		return Result{}, err
+	}
+	switch claim.Outcome {
+	case queue.IntakeLive:
+		// A second whilly-pending on a running issue: the mirror takes it off again.
+		if err := s.verify(ctx, claim.PlanID); err != nil {
+			return Result{}, err
+		}
+		return Result{Outcome: "duplicate: plan " + claim.PlanID + " is live", PlanID: claim.PlanID}, nil
+	case queue.IntakeBusy:
+		return Result{Outcome: "duplicate: intake of plan " + claim.PlanID + " under way", PlanID: claim.PlanID}, nil
+	case queue.IntakeResumed:
+		if _, err := s.store.GetPlan(ctx, claim.PlanID); err == nil {
+			// Persisted before the last try stopped; only the bookkeeping is left.
+			out, err := s.finish(ctx, ref, claim, queue.IntakePlanned, "", nil, "planned "+claim.PlanID)
+			return Result{Outcome: out, PlanID: claim.PlanID, Planned: err == nil}, err
+		}
+	case queue.IntakeStarted:
+	}
+
+	labels, err := c.IssueLabels(ctx, req.Ref)
+	if err != nil {
+		return Result{}, err
+	}
+	if !req.Explicit && !slices.Contains(labels, app.LabelPending) {
+		if err := s.store.AbandonIntake(ctx, ref, claim.Seq); err != nil {
+			return Result{}, err
+		}
+		return Result{Outcome: "stale: whilly-pending is no longer on the issue"}, nil
+	}
+	if err := c.React(ctx, req.Ref, app.ReactionEyes); err != nil {
+		return Result{}, err
+	}
+
+	built, cost := s.build(ctx, req.Issue, claim.PlanID)
+	if len(built.Invalid) > 0 {
+		out, err := s.needsInfo(ctx, c, req.Ref, labels, claim, built, needsInfoBlock(built.Invalid))
+		return Result{Outcome: out}, err
+	}
+	if missing := Rejected(built.Plan); missing != nil {
+		out, err := s.needsInfo(ctx, c, req.Ref, labels, claim, built, needsInfoGate(missing, built.Source))
+		return Result{Outcome: out}, err
+	}
+	res, err := s.store.Apply(ctx, built.Plan, true, queue.ImportOptions{GitHubIssueRef: ref, InstallationID: req.InstallationID})
+	if err != nil {
+		var ve *plan.ValidationError
+		if errors.As(err, &ve) {
+			out, err := s.needsInfo(ctx, c, req.Ref, labels, claim, built, needsInfoBlock(problemLines(ve)))
+			return Result{Outcome: out}, err
+		}
+		return Result{}, err
+	}
+	if cost > 0 {
+		if err := s.store.Charge(ctx, built.Plan.ID, cost, "planner", map[string]any{"issue": ref}); err != nil {
+			return Result{}, err
+		}
+	}
+	out, err := s.finish(ctx, ref, claim, queue.IntakePlanned, built.Source, built.Notes,
+		fmt.Sprintf("planned %s: %d tasks, %d skipped by the gate", built.Plan.ID, len(built.Plan.Tasks), res.Skipped))
+	return Result{Outcome: out, PlanID: built.Plan.ID, Planned: err == nil}, err
+}
+
+func (s *Service) finish(ctx context.Context, ref string, claim queue.IntakeClaim, state, source string, notes []string, outcome string) (string, error) {
+	if err := s.store.FinishIntake(ctx, ref, claim.Seq, state, source, notes); err != nil {
+		return "", err
+	}
+	return outcome, nil
+}
+
+// build makes the plan: the block, else the planner, else the text.
+func (s *Service) build(ctx context.Context, it IssueText, id string) (Built, plan.USD) {
+	if b, ok := FromBlock(it, id); ok {
+		return b, 0
+	}
+	if s.cfg.Planner != nil {
+		p, cost, err := s.cfg.Planner(ctx, it, id)
+		if err == nil && p != nil {
+			p.ID, p.Repo, p.Strict, p.Verify = id, it.Ref.Repo.String(), true, nil
+			return Built{Plan: p, Source: app.SourcePlanner}, cost
+		}
+		s.log.WarnContext(ctx, "planner failed; planning from the issue's text", "plan_id", id, "error", err)
+		b := FromText(it, id)
+		b.Notes = append(b.Notes, "The planner agent failed, so the plan was made from the issue's text.")
+		return b, 0
+	}
+	return FromText(it, id), 0
+}
+
+func problemLines(ve *plan.ValidationError) []string {
+	out := make([]string, len(ve.Problems))
+	for i, p := range ve.Problems {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// NeedsInfoMarker heads the needs-info comment.
+const NeedsInfoMarker = "<!-- whilly:needs-info -->"
+
+func needsInfoBlock(problems []string) string {
+	var b strings.Builder
+	b.WriteString(NeedsInfoMarker + "\n### 🤔 whilly needs more information\n\n")
+	b.WriteString("The ```whilly plan block in this issue is not a valid plan:\n\n")
+	for _, p := range limit(problems, 30) {
+		b.WriteString("- " + oneLine(p) + "\n")
+	}
+	b.WriteString("\nFix the block (see the plan file format in whilly's README), then add the `whilly-pending` label again.\n")
+	return b.String()
+}
+
+func needsInfoGate(missing []string, source string) string {
+	var b strings.Builder
+	b.WriteString(NeedsInfoMarker + "\n### 🤔 whilly needs more information\n\n")
+	b.WriteString("The decision gate rejected every task made from this issue, so nothing would run. What is missing:\n\n")
+	for _, m := range limit(missing, 30) {
+		b.WriteString("- " + oneLine(m) + "\n")
+	}
+	b.WriteString("\n**To fix it**, edit the issue and add the `whilly-pending` label again. ")
+	if source == app.SourceBlock {
+		b.WriteString("Give each task in the plan block a description of at least 20 characters, `acceptance_criteria` and `test_steps`.\n")
+	} else {
+		b.WriteString("Describe the work in at least 20 characters, and add a `## Acceptance criteria` section and a `## Test steps` section, " +
+			"each a bullet list (they apply to every task); a `- [ ]` task list makes one task per item.\n")
+	}
+	return b.String()
+}
+
+func limit(lines []string, n int) []string {
+	if len(lines) <= n {
+		return lines
+	}
+	return append(lines[:n:n], fmt.Sprintf("…and %d more", len(lines)-n))
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// needsInfo labels the issue whilly-needs-info and explains why; the intake ends
+// without a plan.
+func (s *Service) needsInfo(ctx context.Context, c app.Client, ref app.IssueRef, labels []string, claim queue.IntakeClaim, built Built, body string) (string, error) {
+	if err := s.mirror.SetStateLabel(ctx, c, ref, app.LabelNeedsInfo, labels); err != nil {
+		return "", err
+	}
+	if _, err := c.CreateComment(ctx, ref, body); err != nil {
+		return "", err
+	}
+	return s.finish(ctx, ref.String(), claim, queue.IntakeNeedsInfo, built.Source, built.Notes, "needs info")
+}
+
+func (s *Service) installationEvent(ctx context.Context, e *github.InstallationEvent) (string, error) {
+	in := e.GetInstallation()
+	id, account := in.GetID(), in.GetAccount().GetLogin()
+	if id == 0 {
+		return "ignored: no installation id", nil
+	}
+	var err error
+	switch a := e.GetAction(); a {
+	case "created", "new_permissions_accepted", "unsuspend":
+		if a == "unsuspend" {
+			err = s.store.SetInstallationState(ctx, id, account, queue.InstallationUnsuspended)
+			break
+		}
+		var repos []string
+		for _, r := range e.Repositories {
+			repos = append(repos, r.GetFullName())
+		}
+		if a == "new_permissions_accepted" && len(repos) == 0 {
+			err = s.store.ChangeInstallationRepos(ctx, id, account, nil, nil)
+			break
+		}
+		err = s.store.UpsertInstallation(ctx, queue.Installation{ID: id, Account: account, AccountType: in.GetAccount().GetType(), Repos: repos})
+	case "deleted":
+		err = s.store.SetInstallationState(ctx, id, account, queue.InstallationDeleted)
+	case "suspend":
+		err = s.store.SetInstallationState(ctx, id, account, queue.InstallationSuspended)
+	default:
+		return "ignored: installation action " + a, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return "installation " + e.GetAction(), nil
+}
+
+func (s *Service) installationReposEvent(ctx context.Context, e *github.InstallationRepositoriesEvent) (string, error) {
+	in := e.GetInstallation()
+	if in.GetID() == 0 {
+		return "ignored: no installation id", nil
+	}
+	var added, removed []string
+	for _, r := range e.RepositoriesAdded {
+		added = append(added, r.GetFullName())
+	}
+	for _, r := range e.RepositoriesRemoved {
+		removed = append(removed, r.GetFullName())
+	}
+	if err := s.store.ChangeInstallationRepos(ctx, in.GetID(), in.GetAccount().GetLogin(), added, removed); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("installation repositories: +%d -%d", len(added), len(removed)), nil
+}
