@@ -107,8 +107,9 @@ type States []State
 // String renders the states as a table, one migration a line.
 func (ss States) String() string {
 	var b strings.Builder
+	// Writes to a strings.Builder cannot fail, so neither can the tabwriter's.
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "LINE\tMIGRATION\tSTATE")
+	_, _ = fmt.Fprintln(w, "LINE\tMIGRATION\tSTATE")
 	for _, s := range ss {
 		state := "pending"
 		switch {
@@ -117,7 +118,7 @@ func (ss States) String() string {
 		case s.Applied:
 			state = "applied"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\n", s.Line, versionLabel(s.Line, s.Version, s.Name), state)
+		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\n", s.Line, versionLabel(s.Line, s.Version, s.Name), state)
 	}
 	_ = w.Flush() // writes to a strings.Builder cannot fail
 	return b.String()
@@ -135,16 +136,16 @@ func Fingerprint() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := sha256.New()
+	h := sha256.New() // a hash.Hash's Write never returns an error
 	for _, m := range ms {
-		fmt.Fprintf(h, "whilly %d %s\n%s\n--\n%s\n", m.Version, m.Name, m.Up, m.Down)
+		_, _ = fmt.Fprintf(h, "whilly %d %s\n%s\n--\n%s\n", m.Version, m.Name, m.Up, m.Down)
 	}
 	migrator, err := rivermigrate.New(riverpgxv5.New(nil), &rivermigrate.Config{Logger: discard()})
 	if err != nil {
 		return "", fmt.Errorf("create river migrator: %w", err)
 	}
 	for _, m := range migrator.AllVersions() {
-		fmt.Fprintf(h, "river %d %s\n%s\n--\n%s\n", m.Version, m.Name, m.SQLUp, m.SQLDown)
+		_, _ = fmt.Fprintf(h, "river %d %s\n%s\n--\n%s\n", m.Version, m.Name, m.SQLUp, m.SQLDown)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

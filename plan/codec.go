@@ -627,19 +627,8 @@ func Encode(p *Plan) ([]byte, error) {
 		f.Verify = append(f.Verify, verifyFile(v))
 	}
 	for _, t := range c.Tasks {
-		f.Tasks = append(f.Tasks, taskFile{
-			ID:                 t.ID,
-			Status:             t.Status,
-			Priority:           t.Priority,
-			Description:        t.Description,
-			Dependencies:       t.Dependencies,
-			KeyFiles:           t.KeyFiles,
-			AcceptanceCriteria: t.AcceptanceCriteria,
-			TestSteps:          t.TestSteps,
-			PRDRequirement:     t.PRDRequirement,
-			MaxAttempts:        t.MaxAttempts,
-			Labels:             t.Labels,
-		})
+		// A conversion: a field added to Task stops this compiling until the file has it.
+		f.Tasks = append(f.Tasks, taskFile(t))
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -199,7 +199,7 @@ func (c *Client) call(ctx context.Context, timeout time.Duration, method, escPat
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // the answer is read (or abandoned): a close error changes nothing
 	if resp.StatusCode == http.StatusNoContent {
 		return resp.StatusCode, nil
 	}
@@ -252,7 +252,7 @@ func (c *Client) send(ctx context.Context, method, escPath string, q url.Values,
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return resp, nil
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // the error body is best effort already
 	return nil, decodeError(resp)
 }
 

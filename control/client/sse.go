@@ -37,7 +37,7 @@ func (c *Client) StreamEvents(ctx context.Context, planID string, lastEventID in
 	if err != nil {
 		return fmt.Errorf("open event stream: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // the stream is over: a close error changes nothing
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		return fmt.Errorf("open event stream: the server answered %q, not text/event-stream", ct)
 	}

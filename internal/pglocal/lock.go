@@ -22,7 +22,7 @@ func lockFile(ctx context.Context, path string) (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
-	fd := int(f.Fd()) //nolint:gosec // a file descriptor fits in an int
+	fd := int(f.Fd())
 	for {
 		err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {

@@ -29,7 +29,7 @@ type owner struct {
 // when running as root, the owner of an existing cluster, else postgres, else nobody.
 func clusterOwner(pgdata string) (owner, error) {
 	if os.Geteuid() != 0 {
-		o := owner{uid: uint32(os.Geteuid()), gid: uint32(os.Getegid())} //nolint:gosec // uids are non-negative
+		o := owner{uid: uint32(os.Geteuid()), gid: uint32(os.Getegid())}
 		o.name = strconv.FormatUint(uint64(o.uid), 10)
 		if u, err := user.Current(); err == nil {
 			o.name = u.Username
@@ -113,19 +113,27 @@ func (o owner) chown(path string) error {
 }
 
 // chownTree gives a whole directory tree to the owner; used when a cluster directory is
-// found owned by root, which the server refuses to run in.
-func (o owner) chownTree(root string) error {
+// found owned by root, which the server refuses to run in. The walk runs as root while
+// the parts already handed over belong to the owner, who could swap a directory for a
+// symlink between the listing and the chown: resolving every name inside an os.Root
+// keeps the chown from leaving the tree.
+func (o owner) chownTree(dir string) error {
 	if !o.switchUser {
 		return nil
 	}
-	err := filepath.WalkDir(root, func(path string, _ fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("chown %s to %s: %w", dir, o.name, err)
+	}
+	defer func() { _ = root.Close() }() // a directory handle: nothing to lose on close
+	err = fs.WalkDir(root.FS(), ".", func(path string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		return os.Lchown(path, int(o.uid), int(o.gid))
+		return root.Lchown(path, int(o.uid), int(o.gid))
 	})
 	if err != nil {
-		return fmt.Errorf("chown %s to %s: %w", root, o.name, err)
+		return fmt.Errorf("chown %s to %s: %w", dir, o.name, err)
 	}
 	return nil
 }

@@ -379,7 +379,7 @@ func TestFindBinariesNone(t *testing.T) {
 	old := t.TempDir()
 	for _, name := range []string{"initdb", "pg_ctl", "postgres"} {
 		script := "#!/bin/sh\necho 'postgres (PostgreSQL) 13.4'\n"
-		if err := os.WriteFile(filepath.Join(old, name), []byte(script), 0o755); err != nil { //nolint:gosec // a test script
+		if err := os.WriteFile(filepath.Join(old, name), []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -415,7 +415,7 @@ func TestGlobNewestFirst(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	for _, v := range []string{"postgresql@14", "postgresql@16", "postgresql", "postgresql@9.6", "postgresql@15"} {
-		if err := os.MkdirAll(filepath.Join(root, v, "bin"), 0o755); err != nil { //nolint:gosec // test dirs
+		if err := os.MkdirAll(filepath.Join(root, v, "bin"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -301,6 +301,8 @@ func (m *Model) key(k tea.KeyMsg) tea.Cmd {
 			m.filter += " "
 		case tea.KeyRunes:
 			m.filter += string(k.Runes)
+		default:
+			// Other keys (arrows, tab, function keys …) leave the filter as it is.
 		}
 		m.taskScroll = 0
 		return nil
@@ -602,8 +604,10 @@ func orderTasks(ts []client.Task) []client.Task {
 			return 1
 		case plan.StatusPending:
 			return 2
+		case plan.StatusDone, plan.StatusSkipped, plan.StatusCancelled:
+			return 3
 		}
-		return 3
+		return 3 // a status this build does not know: with the finished ones
 	}
 	out := slices.Clone(ts)
 	slices.SortStableFunc(out, func(a, b client.Task) int { return cmp.Compare(rank(a.Status), rank(b.Status)) })
