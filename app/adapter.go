@@ -2,18 +2,25 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v62/github"
 )
 
-// ghClient is Client over go-github.
-type ghClient struct{ gh *github.Client }
+// ghClient is Client over go-github. graphQL is the GraphQL endpoint, reached through
+// the same authenticated transport.
+type ghClient struct {
+	gh      *github.Client
+	graphQL string
+}
 
 func (c *ghClient) Issue(ctx context.Context, ref IssueRef) (Issue, error) {
 	is, resp, err := c.gh.Issues.Get(ctx, ref.Owner, ref.Name, ref.Number)
@@ -147,6 +154,129 @@ func (c *ghClient) Comments(ctx context.Context, ref IssueRef) ([]Comment, error
 	return out, nil
 }
 
+func (c *ghClient) RepoInfo(ctx context.Context, repo Repo) (RepoInfo, error) {
+	r, resp, err := c.gh.Repositories.Get(ctx, repo.Owner, repo.Name)
+	if err != nil {
+		return RepoInfo{}, mapErr("get repository "+repo.String(), resp, err)
+	}
+	return RepoInfo{DefaultBranch: r.GetDefaultBranch(), Private: r.GetPrivate()}, nil
+}
+
+func (c *ghClient) User(ctx context.Context, login string) (User, error) {
+	u, resp, err := c.gh.Users.Get(ctx, url.PathEscape(login))
+	if err != nil {
+		return User{}, mapErr("get user "+login, resp, err)
+	}
+	return User{ID: u.GetID(), Login: u.GetLogin(), Bot: u.GetType() == "Bot"}, nil
+}
+
+func toPull(pr *github.PullRequest) Pull {
+	return Pull{
+		Number: pr.GetNumber(), NodeID: pr.GetNodeID(), URL: pr.GetHTMLURL(), State: pr.GetState(),
+		Draft: pr.GetDraft(), Merged: pr.GetMerged(), Head: pr.GetHead().GetRef(), Base: pr.GetBase().GetRef(), Body: pr.GetBody(),
+	}
+}
+
+func (c *ghClient) FindPull(ctx context.Context, repo Repo, branch string) (Pull, error) {
+	prs, resp, err := c.gh.PullRequests.List(ctx, repo.Owner, repo.Name, &github.PullRequestListOptions{
+		State: "open", Head: repo.Owner + ":" + branch, ListOptions: github.ListOptions{PerPage: 10},
+	})
+	if err != nil {
+		return Pull{}, mapErr(fmt.Sprintf("find the pull request of %s in %s", branch, repo), resp, err)
+	}
+	for _, pr := range prs {
+		if pr.GetHead().GetRef() == branch {
+			return toPull(pr), nil
+		}
+	}
+	return Pull{}, fmt.Errorf("open pull request from %s in %s: %w", branch, repo, ErrNotFound)
+}
+
+func (c *ghClient) CreatePull(ctx context.Context, repo Repo, p NewPull) (Pull, error) {
+	pr, resp, err := c.gh.PullRequests.Create(ctx, repo.Owner, repo.Name, &github.NewPullRequest{
+		Title: github.String(p.Title), Body: github.String(p.Body), Head: github.String(p.Head), Base: github.String(p.Base),
+		Draft: github.Bool(p.Draft), MaintainerCanModify: github.Bool(true),
+	})
+	if err != nil {
+		return Pull{}, mapErr(fmt.Sprintf("open a pull request from %s in %s", p.Head, repo), resp, err)
+	}
+	return toPull(pr), nil
+}
+
+func (c *ghClient) GetPull(ctx context.Context, repo Repo, number int) (Pull, error) {
+	pr, resp, err := c.gh.PullRequests.Get(ctx, repo.Owner, repo.Name, number)
+	if err != nil {
+		return Pull{}, mapErr(fmt.Sprintf("get pull request %s#%d", repo, number), resp, err)
+	}
+	return toPull(pr), nil
+}
+
+func (c *ghClient) EditPullBody(ctx context.Context, repo Repo, number int, body string) error {
+	_, resp, err := c.gh.PullRequests.Edit(ctx, repo.Owner, repo.Name, number, &github.PullRequest{Body: github.String(body)})
+	return mapErr(fmt.Sprintf("edit pull request %s#%d", repo, number), resp, err)
+}
+
+// markReadyMutation is the one GraphQL call whilly makes: REST cannot take a pull
+// request out of draft.
+const markReadyMutation = `mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { number isDraft } } }`
+
+// graphQLError is one entry of a GraphQL answer's errors.
+type graphQLError struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+func (c *ghClient) MarkPullReady(ctx context.Context, nodeID string) error {
+	op := "mark pull request " + nodeID + " ready for review"
+	req, err := c.gh.NewRequest(http.MethodPost, c.graphQL, map[string]any{
+		"query": markReadyMutation, "variables": map[string]any{"id": nodeID},
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var out struct {
+		Data struct {
+			Mark *struct {
+				PullRequest struct {
+					IsDraft bool `json:"isDraft"`
+				} `json:"pullRequest"`
+			} `json:"markPullRequestReadyForReview"`
+		} `json:"data"`
+		Errors []graphQLError `json:"errors"`
+	}
+	resp, err := c.gh.Do(ctx, req, &out)
+	if err != nil {
+		return mapErr(op, resp, err)
+	}
+	for _, e := range out.Errors {
+		switch {
+		case e.Type == "NOT_FOUND":
+			return fmt.Errorf("%s: %w", op, ErrNotFound)
+		case e.Type == "RATE_LIMITED":
+			return fmt.Errorf("%s: %w", op, &RateLimitError{Status: http.StatusOK, Wait: time.Minute})
+		case strings.Contains(strings.ToLower(e.Message), "not a draft"):
+			return nil
+		}
+	}
+	if len(out.Errors) > 0 {
+		return fmt.Errorf("%s: GraphQL: %s", op, out.Errors[0].Message)
+	}
+	if out.Data.Mark == nil || out.Data.Mark.PullRequest.IsDraft {
+		return fmt.Errorf("%s: GitHub left it a draft", op)
+	}
+	return nil
+}
+
+func (c *ghClient) Dispatch(ctx context.Context, repo Repo, eventType string, payload map[string]any) error {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("encode the %s dispatch payload: %w", eventType, err)
+	}
+	msg := json.RawMessage(raw)
+	_, resp, err := c.gh.Repositories.Dispatch(ctx, repo.Owner, repo.Name, github.DispatchRequestOptions{EventType: eventType, ClientPayload: &msg})
+	return mapErr(fmt.Sprintf("send %s to %s", eventType, repo), resp, err)
+}
+
 // ghApp is AppClient over go-github with the App's JWT transport.
 type ghApp struct{ gh *github.Client }
 
@@ -195,6 +325,28 @@ func (c *ghApp) RepoInstallation(ctx context.Context, repo Repo) (int64, error) 
 	return in.GetID(), nil
 }
 
+func (c *ghApp) Self(ctx context.Context) (AppInfo, error) {
+	a, resp, err := c.gh.Apps.Get(ctx, "")
+	if err != nil {
+		return AppInfo{}, mapErr("get the App", resp, err)
+	}
+	return AppInfo{ID: a.GetID(), Slug: a.GetSlug(), Name: a.GetName()}, nil
+}
+
+func (c *ghApp) RepoToken(ctx context.Context, installationID int64, repo Repo) (Token, error) {
+	tok, resp, err := c.gh.Apps.CreateInstallationToken(ctx, installationID, &github.InstallationTokenOptions{
+		Repositories: []string{repo.Name},
+		Permissions:  &github.InstallationPermissions{Contents: github.String("write")},
+	})
+	if err != nil {
+		return Token{}, mapErr(fmt.Sprintf("mint a token of installation %d for %s", installationID, repo), resp, err)
+	}
+	if tok.GetToken() == "" {
+		return Token{}, fmt.Errorf("mint a token of installation %d for %s: GitHub answered no token", installationID, repo)
+	}
+	return Token{Value: tok.GetToken(), ExpiresAt: tok.GetExpiresAt().Time}, nil
+}
+
 // mapErr turns go-github's and ghinstallation's errors into whilly's: ErrNotFound,
 // *RateLimitError, *StatusError, each wrapped with what was being done.
 func mapErr(op string, resp *github.Response, err error) error {
@@ -222,6 +374,15 @@ func mapErr(op string, resp *github.Response, err error) error {
 		return fmt.Errorf("%s: %w", op, &RateLimitError{Status: http.StatusForbidden, Wait: max(wait, time.Second)})
 	case errors.As(err, &er) && er.Response != nil:
 		status, header, msg = er.Response.StatusCode, er.Response.Header, er.Message
+		// A 422 says what is wrong in its errors ("A pull request already exists …").
+		for _, e := range er.Errors {
+			switch {
+			case e.Message != "":
+				msg += "; " + e.Message
+			case e.Code != "":
+				msg += "; " + strings.TrimSpace(e.Resource+" "+e.Field+" "+e.Code)
+			}
+		}
 	case errors.As(err, &hErr) && hErr.Response != nil:
 		// ghinstallation leaves the body of a failed token request open.
 		_ = hErr.Response.Body.Close()

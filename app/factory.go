@@ -133,14 +133,14 @@ func (f *Factory) Installation(_ context.Context, id int64) (Client, error) {
 	var c *ghClient
 	switch {
 	case id == 0 && f.cfg.Token != "":
-		c = &ghClient{gh: f.newGitHub(f.tr).WithAuthToken(f.cfg.Token)}
+		c = &ghClient{gh: f.newGitHub(f.tr).WithAuthToken(f.cfg.Token), graphQL: f.GraphQLURL()}
 	case id == 0:
 		return nil, errors.New("no installation is known for this repository and WHILLY_GITHUB_TOKEN is not set")
 	case f.key == nil:
 		return nil, fmt.Errorf("installation %d: %w", id, ErrNoApp)
 	default:
 		itr := ghinstallation.NewFromAppsTransport(f.appsTransport(), id)
-		c = &ghClient{gh: f.newGitHub(itr)}
+		c = &ghClient{gh: f.newGitHub(itr), graphQL: f.GraphQLURL()}
 	}
 	f.clients[id] = c
 	return c, nil
@@ -157,4 +157,43 @@ func (f *Factory) App(_ context.Context) (AppClient, error) {
 		f.app = &ghApp{gh: f.newGitHub(f.appsTransport())}
 	}
 	return f.app, nil
+}
+
+// GraphQLURL is the GraphQL endpoint beside the REST API: https://api.github.com/graphql,
+// or GitHub Enterprise Server's https://HOST/api/graphql for https://HOST/api/v3/.
+func (f *Factory) GraphQLURL() string {
+	u := *f.base
+	if p, ok := strings.CutSuffix(u.Path, "/api/v3/"); ok {
+		u.Path = p + "/api/graphql"
+	} else {
+		u.Path += "graphql"
+	}
+	return u.String()
+}
+
+// GitURL is the HTTPS clone URL of repo on the GitHub the API belongs to:
+// https://github.com/OWNER/NAME.git for api.github.com, https://SUB.ghe.com/… for
+// api.SUB.ghe.com, and https://HOST/… for GitHub Enterprise Server's https://HOST/api/v3/
+// (and a test server's URL).
+func (f *Factory) GitURL(repo Repo) string {
+	u := url.URL{Scheme: f.base.Scheme, Host: f.base.Host}
+	host := f.base.Hostname()
+	if h, ok := strings.CutPrefix(host, "api."); ok && (h == "github.com" || strings.HasSuffix(h, ".ghe.com")) {
+		u.Host = h
+		if port := f.base.Port(); port != "" {
+			u.Host = net.JoinHostPort(h, port)
+		}
+	}
+	prefix := strings.TrimSuffix(strings.TrimSuffix(f.base.Path, "/"), "/api/v3")
+	u.Path = prefix + "/" + repo.Owner + "/" + repo.Name + ".git"
+	return u.String()
+}
+
+// GitHost is the host name of the web and git side (github.com, or the GHES host).
+func (f *Factory) GitHost() string {
+	u, err := url.Parse(f.GitURL(Repo{Owner: "o", Name: "r"}))
+	if err != nil {
+		return "github.com"
+	}
+	return u.Hostname()
 }

@@ -3,17 +3,22 @@
 // adapter behind the small Client interface the rest of whilly sees, the App manifest
 // (app.yml), the state labels, the status-comment renderer, the mirror job that brings an
 // issue to its plan's state, and the reconciler that repairs drift and asks GitHub to
-// redeliver failed webhooks.
+// redeliver failed webhooks. From issue to pull request: the workspace of each claim (a
+// push token minted for one repository), the plan's pull request (opened after the first
+// push, its checklist kept by the mirror, ready for review when the plan is done), and
+// the repository_dispatch events that start GitHub Actions workers.
 //
 // go-github and ghinstallation types never leave this package: callers speak in Repo,
-// IssueRef, Comment and the error values below (policy-bot's shape). It imports queue
-// and plan; it must not import control, webhook, intake, worker or cli.
+// IssueRef, Comment and the error values below (policy-bot's shape). It imports queue,
+// plan and control/client (the wire type of a claim's workspace); it must not import
+// control, webhook, intake, worker or cli.
 package app
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +107,59 @@ type HookDelivery struct {
 	Redelivery  bool
 }
 
+// RepoInfo is what whilly reads of a repository.
+type RepoInfo struct {
+	DefaultBranch string
+	Private       bool
+}
+
+// User is a GitHub account.
+type User struct {
+	ID    int64
+	Login string
+	Bot   bool
+}
+
+// AppInfo is the GitHub App itself.
+type AppInfo struct {
+	ID   int64
+	Slug string // the bot user is Slug[bot]
+	Name string
+}
+
+// Pull is a pull request.
+type Pull struct {
+	Number int
+	NodeID string // the GraphQL id (markPullRequestReadyForReview takes it)
+	URL    string // html_url
+	State  string // open, closed
+	Draft  bool
+	Merged bool
+	Head   string // branch
+	Base   string // branch
+	Body   string
+}
+
+// NewPull is a pull request to open from Head to Base in the same repository.
+type NewPull struct {
+	Title string
+	Body  string
+	Head  string
+	Base  string
+	Draft bool
+}
+
+// Token is an installation access token. Its LogValue hides the secret.
+type Token struct {
+	Value     string
+	ExpiresAt time.Time
+}
+
+// LogValue keeps the token out of logs.
+func (t Token) LogValue() slog.Value {
+	return slog.GroupValue(slog.Bool("set", t.Value != ""), slog.Time("expires_at", t.ExpiresAt))
+}
+
 // Reactions whilly uses.
 const (
 	ReactionEyes     = "eyes"
@@ -148,6 +206,26 @@ type Client interface {
 	GetComment(ctx context.Context, repo Repo, id int64) (Comment, error)
 	// Comments lists the issue's comments, oldest first (at most a few thousand).
 	Comments(ctx context.Context, ref IssueRef) ([]Comment, error)
+
+	// RepoInfo reads a repository (its default branch).
+	RepoInfo(ctx context.Context, repo Repo) (RepoInfo, error)
+	// User reads an account by login (ErrNotFound when there is none).
+	User(ctx context.Context, login string) (User, error)
+	// FindPull returns the open pull request from branch (of repo itself); ErrNotFound
+	// when there is none.
+	FindPull(ctx context.Context, repo Repo, branch string) (Pull, error)
+	// CreatePull opens a pull request. GitHub refuses (a *StatusError 422) when one is
+	// already open from the branch, or when the branch has no commits over the base.
+	CreatePull(ctx context.Context, repo Repo, p NewPull) (Pull, error)
+	GetPull(ctx context.Context, repo Repo, number int) (Pull, error)
+	// EditPullBody replaces a pull request's body.
+	EditPullBody(ctx context.Context, repo Repo, number int, body string) error
+	// MarkPullReady turns a draft pull request ready for review (GraphQL: REST has no
+	// way to do it). A pull request that is no draft is no error.
+	MarkPullReady(ctx context.Context, nodeID string) error
+	// Dispatch sends a repository_dispatch event of eventType with payload as its
+	// client_payload.
+	Dispatch(ctx context.Context, repo Repo, eventType string, payload map[string]any) error
 }
 
 // AppClient is what whilly does as the App itself (JWT), not as an installation.
@@ -158,6 +236,11 @@ type AppClient interface {
 	Redeliver(ctx context.Context, id int64) error
 	// RepoInstallation returns the id of the installation that covers repo.
 	RepoInstallation(ctx context.Context, repo Repo) (int64, error)
+	// Self reads the App (its slug names its bot user).
+	Self(ctx context.Context) (AppInfo, error)
+	// RepoToken mints a token of installationID that may do only this: write the
+	// contents of repo (push), and read its metadata. Each call mints a new one.
+	RepoToken(ctx context.Context, installationID int64, repo Repo) (Token, error)
 }
 
 // Clients hands out clients; *Factory is the real one.

@@ -60,10 +60,14 @@ type MirrorConfig struct {
 	Coalesce time.Duration
 	// PublicURL (WHILLY_PUBLIC_URL) is used for links in the status comment.
 	PublicURL string
+	// Started, when set, runs in the transaction of a GitHub plan's first change (its
+	// creation by intake), with the job inserter: Dispatcher.PlanStarted.
+	Started func(ctx context.Context, tx pgx.Tx, jobs Jobs, planID string) error
 }
 
 // Mirror writes a plan's state onto its issue: exactly one state label and the status
-// comment, edited in place. It writes only what changed since its last write.
+// comment, edited in place, and, once the plan has pushed, onto its pull request (see
+// syncPull). It writes only what changed since its last write.
 type Mirror struct {
 	store   *queue.Store
 	clients Clients
@@ -86,9 +90,14 @@ func NewMirror(store *queue.Store, clients Clients, log *slog.Logger, cfg Mirror
 // marks a GitHub plan's mirror dirty and inserts its mirror job (a no-op when one is
 // already waiting). For other plans it costs one index probe.
 func (m *Mirror) PlanChanged(ctx context.Context, tx pgx.Tx, jobs Jobs, planID string) error {
-	dirty, _, err := queue.MarkMirrorDirty(ctx, tx, planID)
+	dirty, fresh, err := queue.MarkMirrorDirty(ctx, tx, planID)
 	if err != nil || !dirty {
 		return err
+	}
+	if fresh && m.cfg.Started != nil {
+		if err := m.cfg.Started(ctx, tx, jobs, planID); err != nil {
+			return err
+		}
 	}
 	if _, err := jobs.InsertTx(ctx, tx, MirrorArgs{PlanID: planID}, nil); err != nil {
 		return fmt.Errorf("enqueue mirror of plan %s: %w", planID, err)
@@ -216,7 +225,17 @@ func (m *Mirror) sync(ctx context.Context, st queue.MirrorState, verify bool) (q
 		}
 	}
 
-	body := RenderStatus(StatusView{Plan: pi, Tasks: tasks, PublicURL: m.cfg.PublicURL, Source: st.Source, Notes: st.Notes})
+	pr, err := m.syncPull(ctx, c, ref, pi, tasks, st, verify)
+	if permanent(err) {
+		// GitHub refuses the pull request (no permission yet, nothing to compare …): the
+		// issue still gets its label and comment; the next change tries again.
+		m.log.WarnContext(ctx, "pull request not synced", "plan_id", pi.ID, "error", err)
+		pr, err = st.Pull, nil
+	}
+	if err != nil {
+		return queue.MirrorSync{}, err
+	}
+	body := RenderStatus(StatusView{Plan: pi, Tasks: tasks, PublicURL: m.cfg.PublicURL, Source: st.Source, Notes: st.Notes, Pull: pr})
 	sum := sha256.Sum256([]byte(body))
 	if verify || pi.CommentID == 0 || !bytes.Equal(sum[:], st.BodySHA256) {
 		if err := m.writeComment(ctx, c, ref, pi.ID, pi.CommentID, body, verify); err != nil {
@@ -224,6 +243,13 @@ func (m *Mirror) sync(ctx context.Context, st queue.MirrorState, verify bool) (q
 		}
 	}
 	return queue.MirrorSync{Version: st.Version, Label: want, BodySHA256: sum[:]}, nil
+}
+
+// permanent reports whether GitHub refused a call for good (a 4xx other than a rate
+// limit): trying again at once cannot help.
+func permanent(err error) bool {
+	var se *StatusError
+	return errors.Is(err, ErrNotFound) || (errors.As(err, &se) && !se.Temporary())
 }
 
 // SetStateLabel makes want the issue's only state label, given the labels it has (or

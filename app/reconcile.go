@@ -35,12 +35,16 @@ type ReconcileConfig struct {
 	MaxRedeliveries int
 	// KeepDeliveries is how long processed deliveries are kept; default 30 days.
 	KeepDeliveries time.Duration
+	// Dispatcher, when set (WHILLY_DISPATCH_ACTIONS=1), dispatches Actions workers
+	// again to plans whose ready tasks nobody runs.
+	Dispatcher *Dispatcher
 }
 
 // Reconciler repairs what events alone miss (policy-bot #960, bulldozer #187): it
-// re-checks every live GitHub plan's label and comment against the database (verify
-// mirror jobs), asks GitHub to redeliver webhooks that failed in the last three days,
-// and prunes old deliveries.
+// re-checks every live GitHub plan's label, comment and pull request against the
+// database (verify mirror jobs), dispatches Actions workers to plans whose ready tasks
+// nobody runs (with a Dispatcher), asks GitHub to redeliver webhooks that failed in the
+// last three days, and prunes old deliveries.
 type Reconciler struct {
 	store   *queue.Store
 	clients Clients
@@ -105,6 +109,7 @@ type ReconcileResult struct {
 	Plans       int // verify jobs enqueued
 	Redelivered int
 	Pruned      int64
+	Dispatched  int // idle plans given a repository_dispatch
 }
 
 // Run reconciles once, enqueuing verify mirror jobs through jobs.
@@ -120,6 +125,11 @@ func (r *Reconciler) Run(ctx context.Context, jobs Jobs) (ReconcileResult, error
 		}
 		res.Plans++
 	}
+	if r.cfg.Dispatcher != nil {
+		if res.Dispatched, err = r.cfg.Dispatcher.DispatchIdle(ctx, jobs); err != nil {
+			return res, err
+		}
+	}
 	n, err := r.redeliver(ctx)
 	res.Redelivered = n
 	if err != nil && !errors.Is(err, ErrNoApp) {
@@ -128,8 +138,9 @@ func (r *Reconciler) Run(ctx context.Context, jobs Jobs) (ReconcileResult, error
 	if res.Pruned, err = r.store.PruneDeliveries(ctx, time.Now().Add(-r.cfg.KeepDeliveries)); err != nil {
 		return res, err
 	}
-	if res.Redelivered > 0 || res.Pruned > 0 {
-		r.log.InfoContext(ctx, "github reconciled", "plans", res.Plans, "redelivered", res.Redelivered, "pruned", res.Pruned)
+	if res.Redelivered > 0 || res.Pruned > 0 || res.Dispatched > 0 {
+		r.log.InfoContext(ctx, "github reconciled", "plans", res.Plans, "redelivered", res.Redelivered, "pruned", res.Pruned,
+			"dispatched", res.Dispatched)
 	}
 	return res, nil
 }

@@ -21,6 +21,7 @@ type StatusView struct {
 	PublicURL string   // WHILLY_PUBLIC_URL; no links when empty
 	Source    string   // where the plan came from (intake source)
 	Notes     []string // the intake's notes, e.g. ignored verify commands
+	Pull      *queue.PullRequest
 }
 
 // maxRows bounds the task table; GitHub caps a comment at 65,536 characters.
@@ -83,6 +84,9 @@ func RenderStatus(v StatusView) string {
 	} else {
 		w("**Budget** %s spent, no cap\n\n", money(p.Spent))
 	}
+	if pr := v.Pull; pr != nil {
+		w("**Pull request** [#%d](%s) from `%s` — %s\n\n", pr.Number, pr.URL, pr.Branch, pullState(pr))
+	}
 	if s, ok := sourceText[v.Source]; ok {
 		w("**Source** %s\n\n", s)
 	}
@@ -139,6 +143,18 @@ func RenderStatus(v StatusView) string {
 	}
 	w("<sub>Edited in place by whilly. Commands (write access): `/whilly status` · `/whilly retry [TASK]` · `/whilly cancel` · `/whilly budget USD` · `/whilly help`</sub>\n")
 	return b.String()
+}
+
+func pullState(pr *queue.PullRequest) string {
+	switch {
+	case pr.State == queue.PullMerged:
+		return "merged"
+	case pr.State == queue.PullClosed:
+		return "closed without merging"
+	case pr.Draft:
+		return "draft until every task is done"
+	}
+	return "ready for review"
 }
 
 func headline(p queue.PlanInfo) string {

@@ -67,6 +67,70 @@ func views() map[string]app.StatusView {
 		"failed": {Plan: failed, Tasks: []queue.TaskInfo{task("AUTH-1", plan.StatusDone, 1, "0.1", "w-lap-1"), failedTask,
 			task("AUTH-3", plan.StatusPending, 0, "0", "")}},
 		"many": {Plan: done, PublicURL: "https://whilly.example.com", Tasks: many},
+		"pull_draft": {Plan: active, Source: app.SourceTaskList, Pull: &pr,
+			Tasks: []queue.TaskInfo{task("T1", plan.StatusDone, 1, "0.1", "w-1"), task("T2", plan.StatusInProgress, 1, "0", "w-1")}},
+		"pull_merged": {Plan: done, Pull: &merged, Tasks: []queue.TaskInfo{task("T1", plan.StatusDone, 1, "0.1", "w-1")}},
+	}
+}
+
+var (
+	pr = queue.PullRequest{PlanID: "gh/octo/shop/12", Repo: "octo/shop", Number: 13, URL: "https://github.com/octo/shop/pull/13",
+		Branch: "whilly/issue-12", State: queue.PullOpen, Draft: true}
+	merged = queue.PullRequest{PlanID: "gh/octo/shop/12", Repo: "octo/shop", Number: 13, URL: "https://github.com/octo/shop/pull/13",
+		Branch: "whilly/issue-12", State: queue.PullMerged}
+)
+
+func pullViews() map[string]app.PullView {
+	base := queue.PlanInfo{ID: "gh/octo/shop/12", Name: "Harden login", Status: plan.PlanActive, GitHubIssueRef: "octo/shop#12", Repo: "octo/shop"}
+	describe := func(t queue.TaskInfo, d string) queue.TaskInfo { t.Description = d; return t }
+	hostile := describe(task("T3", plan.StatusPending, 0, "0", ""),
+		"\n  Ping @everyone <!-- hidden --> and <script>alert(1)</script> in a very long first line that goes on and on well past the cut of the checklist row\nsecond line")
+	done := base
+	done.Status = plan.PlanDone
+	var many []queue.TaskInfo
+	for i := range 205 {
+		many = append(many, describe(task(fmt.Sprintf("T%03d", i+1), plan.StatusDone, 1, "0", ""), "Fix it"))
+	}
+	return map[string]app.PullView{
+		"active": {Plan: base, Issue: 12, PublicURL: "https://whilly.example.com", Tasks: []queue.TaskInfo{
+			describe(task("T1", plan.StatusDone, 1, "0.1", "w-1"), "Add rate limiting to the /login handler"),
+			describe(task("T2", plan.StatusInProgress, 1, "0", "w-1"), "Return 429 with Retry-After"),
+			hostile,
+			describe(task("T4", plan.StatusSkipped, 0, "0", ""), "Rejected by the gate"),
+			describe(task("T5", plan.StatusFailed, 3, "0.3", ""), "Flaky thing"),
+		}},
+		"done": {Plan: done, Issue: 12, Tasks: []queue.TaskInfo{
+			describe(task("T1", plan.StatusDone, 1, "0.1", "w-1"), "Add rate limiting to the /login handler"),
+			describe(task("T2", plan.StatusDone, 1, "0", "w-1"), "Return 429 with Retry-After"),
+		}},
+		"many": {Plan: done, Issue: 12, Tasks: many},
+	}
+}
+
+func TestPullBodyGolden(t *testing.T) {
+	t.Parallel()
+	for name, v := range pullViews() {
+		got := app.RenderPull(v)
+		path := filepath.Join("testdata", "pull_"+name+".golden.md")
+		if *update {
+			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run go test ./app -run Golden -update)", err)
+		}
+		if got != string(want) {
+			t.Errorf("%s: rendered pull request body differs from %s (go test ./app -run Golden -update):\n%s", name, path, got)
+		}
+		if !strings.HasPrefix(got, fmt.Sprintf("Closes #%d\n", v.Issue)) || len(got) > 65536 {
+			t.Errorf("%s: body does not start with Closes #%d, or is over GitHub's limit", name, v.Issue)
+		}
+		if strings.Contains(got, "<!--") || strings.Contains(got, "<script") || strings.Contains(got, "@everyone") {
+			t.Errorf("%s: a task description leaked markup or a mention:\n%s", name, got)
+		}
 	}
 }
 

@@ -32,6 +32,11 @@ type githubEnv struct {
 	publicURL string
 	mirror    time.Duration
 	reconcile time.Duration
+	// dispatch (WHILLY_DISPATCH_ACTIONS) sends repository_dispatch whilly-work when a
+	// plan of a repository starts, and again every dispatchIdle while its ready tasks
+	// wait for a worker (WHILLY_DISPATCH_INTERVAL).
+	dispatch     bool
+	dispatchIdle time.Duration
 }
 
 // readGitHubEnv reads WHILLY_GITHUB_*. app reports whether the App is configured
@@ -42,6 +47,12 @@ func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
 		return env, false, err
 	}
 	if env.reconcile, err = a.envDuration("WHILLY_GITHUB_RECONCILE_INTERVAL", 5*time.Minute); err != nil {
+		return env, false, err
+	}
+	if env.dispatch, err = a.envSwitch("WHILLY_DISPATCH_ACTIONS"); err != nil {
+		return env, false, err
+	}
+	if env.dispatchIdle, err = a.envDuration("WHILLY_DISPATCH_INTERVAL", 10*time.Minute); err != nil {
 		return env, false, err
 	}
 	secret, err := a.secret("WHILLY_GITHUB_WEBHOOK_SECRET")
@@ -122,10 +133,11 @@ func (a *app) githubPlanner() (intake.Planner, error) {
 
 // githubParts is the GitHub App wired over one store: what serve and forge share.
 type githubParts struct {
-	factory *ghapp.Factory
-	jobs    *river.Client[pgx.Tx] // insert-only
-	mirror  *ghapp.Mirror
-	intake  *intake.Service
+	factory    *ghapp.Factory
+	jobs       *river.Client[pgx.Tx] // insert-only
+	mirror     *ghapp.Mirror
+	intake     *intake.Service
+	dispatcher *ghapp.Dispatcher // nil unless WHILLY_DISPATCH_ACTIONS=1
 }
 
 func (a *app) githubParts(st *queue.Store, env githubEnv, hasApp bool) (*githubParts, error) {
@@ -143,15 +155,22 @@ func (a *app) githubParts(st *queue.Store, env githubEnv, hasApp bool) (*githubP
 	if err != nil {
 		return nil, err
 	}
-	mirror := ghapp.NewMirror(st, f, a.log, ghapp.MirrorConfig{Coalesce: env.mirror, PublicURL: env.publicURL})
+	mcfg := ghapp.MirrorConfig{Coalesce: env.mirror, PublicURL: env.publicURL}
+	var dispatcher *ghapp.Dispatcher
+	if env.dispatch && hasApp {
+		dispatcher = ghapp.NewDispatcher(st, f, a.log, ghapp.DispatchConfig{Idle: env.dispatchIdle})
+		mcfg.Started = dispatcher.PlanStarted
+	}
+	mirror := ghapp.NewMirror(st, f, a.log, mcfg)
 	svc := intake.New(st, f, mirror, jobs, a.log, intake.Config{Planner: planner})
-	return &githubParts{factory: f, jobs: jobs, mirror: mirror, intake: svc}, nil
+	return &githubParts{factory: f, jobs: jobs, mirror: mirror, intake: svc, dispatcher: dispatcher}, nil
 }
 
 // githubExtension plugs the GitHub App into the control plane: POST /webhook, the
-// delivery, mirror and reconciler jobs, and the mirror hook on every plan change. It is
-// nil without WHILLY_GITHUB_APP_ID; with it, the webhook secret and the private key are
-// required (exit 2).
+// delivery, mirror, reconciler (and with WHILLY_DISPATCH_ACTIONS=1 dispatch) jobs, the
+// mirror hook on every plan change, and the workspaces of claims of repository plans
+// (push tokens minted per repository). It is nil without WHILLY_GITHUB_APP_ID; with it,
+// the webhook secret and the private key are required (exit 2).
 func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, error) {
 	env, hasApp, err := a.readGitHubEnv()
 	if err != nil || !hasApp {
@@ -171,7 +190,8 @@ func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, e
 	if err != nil {
 		return nil, envf("start the webhook receiver: %w", err)
 	}
-	rec := ghapp.NewReconciler(st, parts.factory, a.log, ghapp.ReconcileConfig{Interval: env.reconcile})
+	rec := ghapp.NewReconciler(st, parts.factory, a.log, ghapp.ReconcileConfig{Interval: env.reconcile, Dispatcher: parts.dispatcher})
+	ws := ghapp.NewWorkspaces(parts.factory, a.log, ghapp.WorkspaceConfig{})
 	return &extension{
 		planChanged: func(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], planID string) error {
 			if rc == nil {
@@ -183,9 +203,13 @@ func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, e
 			river.AddWorker(w, parts.intake.Worker())
 			river.AddWorker(w, parts.mirror.Worker())
 			river.AddWorker(w, rec.Worker())
+			if parts.dispatcher != nil {
+				river.AddWorker(w, parts.dispatcher.Worker())
+			}
 			return []*river.PeriodicJob{rec.Periodic()}
 		},
-		routes: map[string]http.Handler{"/webhook": hook},
+		routes:     map[string]http.Handler{"/webhook": hook},
+		workspaces: ws.Workspace,
 	}, nil
 }
 

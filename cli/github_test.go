@@ -5,13 +5,16 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 
 	"github.com/riverqueue/river"
 
 	ghapp "github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -49,12 +52,32 @@ func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 	}
 	a, _ = githubTestApp(full)
 	ext, err := a.githubExtension(context.Background(), st)
-	if err != nil || ext == nil || ext.routes["/webhook"] == nil || ext.planChanged == nil {
+	if err != nil || ext == nil || ext.routes["/webhook"] == nil || ext.planChanged == nil || ext.workspaces == nil {
 		t.Fatalf("configured: %+v, %v", ext, err)
 	}
 	w := river.NewWorkers()
 	if periodic := ext.register(w); len(periodic) != 1 {
 		t.Errorf("%d periodic jobs, want the reconciler", len(periodic))
+	}
+	// Without WHILLY_DISPATCH_ACTIONS no dispatch worker is registered; with it, one is.
+	if err := river.AddWorkerSafely(w, ghapp.NewDispatcher(st, nil, nil, ghapp.DispatchConfig{}).Worker()); err != nil {
+		t.Errorf("a dispatch worker was registered without WHILLY_DISPATCH_ACTIONS: %v", err)
+	}
+	full["WHILLY_DISPATCH_ACTIONS"] = "1"
+	a, _ = githubTestApp(full)
+	if ext, err = a.githubExtension(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	w = river.NewWorkers()
+	ext.register(w)
+	if err := river.AddWorkerSafely(w, ghapp.NewDispatcher(st, nil, nil, ghapp.DispatchConfig{}).Worker()); err == nil {
+		t.Error("WHILLY_DISPATCH_ACTIONS=1 registered no dispatch worker")
+	}
+	full["WHILLY_DISPATCH_ACTIONS"] = "sure"
+	a, _ = githubTestApp(full)
+	var ee *exitError
+	if _, err := a.githubExtension(context.Background(), st); !errors.As(err, &ee) || ee.code != ExitEnv || !strings.Contains(err.Error(), "WHILLY_DISPATCH_ACTIONS") {
+		t.Errorf("WHILLY_DISPATCH_ACTIONS=sure: %v, want exit 2 naming it", err)
 	}
 }
 
@@ -116,5 +139,50 @@ func TestForgeIntakeWithAToken(t *testing.T) {
 	var ee *exitError
 	if err := cmd.Execute(); !errors.As(err, &ee) || ee.code != ExitEnv {
 		t.Errorf("without GitHub configured: %v, want exit 2", err)
+	}
+}
+
+// `whilly serve` with the App hands claims of issue plans their workspace: the control
+// plane gets the GitHub extension's WorkspaceProvider.
+func TestServeGivesClaimsOfIssuePlansAWorkspace(t *testing.T) {
+	t.Parallel()
+	gh := testkit.NewGitHub(t)
+	gh.Install(7, "octo/shop")
+	gh.AddIssue("octo/shop", 3, "Spelling", "body", "octo")
+	env := map[string]string{
+		"WHILLY_GITHUB_APP_ID": "4242", "WHILLY_GITHUB_PRIVATE_KEY": string(gh.KeyPEM),
+		"WHILLY_GITHUB_WEBHOOK_SECRET": "s", "WHILLY_GITHUB_API_URL": gh.URL(),
+	}
+	a, _ := githubTestApp(env)
+	st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cp, err := a.startControlPlane(ctx, st, ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Shutdown(ctx) })
+	p := &plan.Plan{ID: "gh/octo/shop/3", Name: "Spelling", Repo: "octo/shop", Tasks: []plan.Task{
+		{ID: "T1", Priority: plan.PriorityMedium, Description: "Fix the spelling of commit in README.md"}}}
+	if _, err := cp.store.Import(ctx, p, queue.ImportOptions{GitHubIssueRef: "octo/shop#3", InstallationID: 7}); err != nil {
+		t.Fatal(err)
+	}
+	w, token, err := cp.store.RegisterWorker(ctx, "host", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := client.New("http://"+ln.Addr().String(), token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := api.Claim(ctx, client.ClaimRequest{PlanID: p.ID})
+	if err != nil || c == nil || c.Workspace == nil {
+		t.Fatalf("claim by %s = %+v, %v; want a workspace", w.ID, c, err)
+	}
+	if ws := c.Workspace; ws.Branch != "whilly/issue-3" || ws.CloneURL != gh.Server.URL+"/octo/shop.git" || ws.Token == "" {
+		t.Errorf("workspace = %v", ws.LogValue())
 	}
 }

@@ -81,6 +81,8 @@ type extension struct {
 	queues map[string]river.QueueConfig
 	// routes are mounted on the control plane's router (pattern → handler).
 	routes map[string]http.Handler
+	// workspaces gives claims of repository plans their workspace (the GitHub App).
+	workspaces control.WorkspaceProvider
 }
 
 // extensions returns the capabilities configured in the environment. st is the hooked
@@ -143,9 +145,16 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 		cancel()
 		return nil, fmt.Errorf("start background jobs: %w", err)
 	}
+	var workspaces control.WorkspaceProvider
+	for _, e := range exts {
+		if workspaces == nil {
+			workspaces = e.workspaces
+		}
+	}
 	srv := control.New(st, listener, a.log, control.Config{
 		BootstrapToken: a.env("WHILLY_BOOTSTRAP_TOKEN"),
 		MetricsToken:   a.env("WHILLY_METRICS_TOKEN"),
+		Workspaces:     workspaces,
 	})
 	for _, e := range exts {
 		for pattern, h := range e.routes {

@@ -60,6 +60,8 @@ type env struct {
 	svc     *intake.Service
 	mirror  *app.Mirror
 	rec     *app.Reconciler
+	ws      *app.Workspaces
+	disp    *app.Dispatcher // with envOptions.dispatch
 	hookURL string
 	secret  []byte
 	body    string // the issue's body, as the fake and the payloads hold it
@@ -70,6 +72,12 @@ type envOptions struct {
 	coalesce time.Duration
 	body     string
 	noRiver  bool
+	// git serves the repository from the fake as a git repository (branch main).
+	git bool
+	// dispatch sends repository_dispatch on plan starts (WHILLY_DISPATCH_ACTIONS=1),
+	// and again after dispatchIdle (default 10 min) from the reconciler.
+	dispatch     bool
+	dispatchIdle time.Duration
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -91,6 +99,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	gh.AddIssue(repoName, issueNum, "Spelling error in the README file", o.body, admin, "bug", app.LabelPending)
 	gh.SetPermission(repoName, admin, "admin")
 	gh.SetPermission(repoName, "reader", "read")
+	if o.git {
+		gh.AddGitRepo(repoName, "main", map[string]string{"README.md": "# Hello World\n", "notes.txt": "notes\n"})
+	}
 
 	pool := testkit.DB(t)
 	base := queue.NewStore(pool, log, queue.Config{BackoffBase: 10 * time.Millisecond})
@@ -98,10 +109,17 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mirror := app.NewMirror(base, f, log, app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com"})
-	rec := app.NewReconciler(base, f, log, app.ReconcileConfig{})
+	mcfg := app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com"}
+	var disp *app.Dispatcher
+	if o.dispatch {
+		disp = app.NewDispatcher(base, f, log, app.DispatchConfig{Idle: o.dispatchIdle})
+		mcfg.Started = disp.PlanStarted
+	}
+	mirror := app.NewMirror(base, f, log, mcfg)
+	rec := app.NewReconciler(base, f, log, app.ReconcileConfig{Dispatcher: disp})
 	workers := river.NewWorkers()
-	e := &env{t: t, ctx: ctx, gh: gh, pool: pool, mirror: mirror, rec: rec, secret: []byte("s3cret-for-tests"), body: o.body}
+	e := &env{t: t, ctx: ctx, gh: gh, pool: pool, mirror: mirror, rec: rec, secret: []byte("s3cret-for-tests"), body: o.body,
+		ws: app.NewWorkspaces(f, log, app.WorkspaceConfig{}), disp: disp}
 	cfg := &river.Config{
 		Logger: log, Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
 		Queues:      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
@@ -122,6 +140,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	river.AddWorker(workers, e.svc.Worker())
 	river.AddWorker(workers, mirror.Worker())
 	river.AddWorker(workers, rec.Worker())
+	if disp != nil {
+		river.AddWorker(workers, disp.Worker())
+	}
 	if !o.noRiver {
 		if err := rc.Start(ctx); err != nil {
 			t.Fatal(err)

@@ -1,7 +1,8 @@
 // Package intake turns GitHub events into whilly's actions: the River worker that
 // processes stored webhook deliveries, issue intake (an issue labelled whilly-pending
-// becomes a plan), the /whilly comment commands, closing an issue (cancels its plan) and
-// the installations table. It decodes payloads with go-github and hands the rest of
+// becomes a plan), the /whilly comment commands, closing an issue (cancels its plan),
+// pull request events (merged, closed or reopened, recorded on their plans) and the
+// installations table. It decodes payloads with go-github and hands the rest of
 // whilly only its own types; it talks to GitHub through app.Client.
 //
 // It imports app, queue and plan; it must not import webhook, control, worker, agent
@@ -132,9 +133,48 @@ func (s *Service) dispatch(ctx context.Context, d queue.Delivery) (string, error
 	case *github.InstallationRepositoriesEvent:
 		return s.installationReposEvent(ctx, e)
 	case *github.PullRequestEvent:
-		return "ignored: pull requests are not linked to plans yet", nil
+		return s.pullRequestEvent(ctx, e)
 	}
 	return "ignored: event not handled", nil
+}
+
+// pullRequestEvent records what became of a plan's pull request: merged or closed
+// (pr.merged, pr.closed) or reopened, as plan events the status comment shows. Nothing
+// else changes: a pull request closed unmerged neither cancels the plan nor reopens
+// anything, and whilly opens no other one for that plan.
+func (s *Service) pullRequestEvent(ctx context.Context, e *github.PullRequestEvent) (string, error) {
+	pr := e.GetPullRequest()
+	repo, number := e.GetRepo().GetFullName(), pr.GetNumber()
+	if number == 0 {
+		number = e.GetNumber()
+	}
+	if repo == "" || number <= 0 {
+		return "ignored: no repository or pull request in the payload", nil
+	}
+	var (
+		state  string
+		detail = map[string]any{"sender": e.GetSender().GetLogin(), "url": pr.GetHTMLURL()}
+	)
+	switch e.GetAction() {
+	case "closed":
+		state = queue.PullClosed
+		if pr.GetMerged() {
+			state = queue.PullMerged
+			detail["merge_commit_sha"] = pr.GetMergeCommitSHA()
+		}
+	case "reopened":
+		state = queue.PullOpen
+	default:
+		return "ignored: pull request action " + e.GetAction(), nil
+	}
+	ids, err := s.store.PullChanged(ctx, repo, number, state, detail)
+	if err != nil {
+		return "", err
+	}
+	if len(ids) == 0 {
+		return fmt.Sprintf("ignored: %s#%d is no pull request of a plan, or already %s", repo, number, state), nil
+	}
+	return fmt.Sprintf("pull request %s#%d %s: plans %s", repo, number, state, strings.Join(ids, ", ")), nil
 }
 
 func issueRef(repo *github.Repository, number int) (app.IssueRef, bool) {

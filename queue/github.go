@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -390,21 +391,41 @@ type MirrorState struct {
 	SyncedAt      *time.Time
 	Source        string
 	Notes         []string
+	// Pull is the plan's pull request, nil until one is opened.
+	Pull *PullRequest
+	// Pushed: a COMPLETE of the plan reported a pushed head (head_sha), so its branch
+	// holds work to deliver. Always true once Pull is set.
+	Pushed bool
 }
 
 // GetMirrorState returns a plan's mirror state (ErrNotFound when the plan has none).
 func (s *Store) GetMirrorState(ctx context.Context, planID string) (MirrorState, error) {
-	var m MirrorState
+	var (
+		m  MirrorState
+		pr PullRequest
+		ok bool
+	)
+	// The events are looked at only until the pull request exists.
 	err := s.pool.QueryRow(ctx, `SELECT m.plan_id, m.version, m.synced_version, coalesce(m.label, ''), m.body_sha256,
-			m.synced_at, coalesce(i.source, ''), coalesce(i.notes, '{}')
+			m.synced_at, coalesce(i.source, ''), coalesce(i.notes, '{}'),
+			pr.plan_id IS NOT NULL OR EXISTS (SELECT 1 FROM events e WHERE e.plan_id = m.plan_id
+				AND e.type = 'COMPLETE' AND e.payload ? 'head_sha'),
+			pr.plan_id IS NOT NULL, coalesce(pr.repo, ''), coalesce(pr.number, 0), coalesce(pr.node_id, ''),
+			coalesce(pr.url, ''), coalesce(pr.branch, ''), coalesce(pr.state, ''), coalesce(pr.draft, false), pr.body_sha256
 		FROM github_mirror m LEFT JOIN github_intakes i ON i.plan_id = m.plan_id
+		LEFT JOIN github_pulls pr ON pr.plan_id = m.plan_id
 		WHERE m.plan_id = $1`, planID).
-		Scan(&m.PlanID, &m.Version, &m.SyncedVersion, &m.Label, &m.BodySHA256, &m.SyncedAt, &m.Source, &m.Notes)
+		Scan(&m.PlanID, &m.Version, &m.SyncedVersion, &m.Label, &m.BodySHA256, &m.SyncedAt, &m.Source, &m.Notes,
+			&m.Pushed, &ok, &pr.Repo, &pr.Number, &pr.NodeID, &pr.URL, &pr.Branch, &pr.State, &pr.Draft, &pr.BodySHA256)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, fmt.Errorf("mirror of plan %s: %w", planID, ErrNotFound)
 	}
 	if err != nil {
 		return m, fmt.Errorf("get mirror of plan %s: %w", planID, err)
+	}
+	if ok {
+		pr.PlanID = planID
+		m.Pull = &pr
 	}
 	return m, nil
 }
@@ -599,4 +620,255 @@ func (s *Store) WithMirrorLock(ctx context.Context, planID string, fn func() err
 		}
 	}()
 	return true, fn()
+}
+
+// Pull request states, as github_pulls.state records them.
+const (
+	PullOpen   = "open"
+	PullClosed = "closed"
+	PullMerged = "merged"
+)
+
+// Plan events of pull requests and Actions dispatches. They are persisted: never rename
+// one.
+const (
+	EventPullOpened        = "pr.opened"
+	EventPullReady         = "pr.ready"
+	EventPullMerged        = "pr.merged"
+	EventPullClosed        = "pr.closed"
+	EventPullReopened      = "pr.reopened"
+	EventActionsDispatched = "actions.dispatched"
+)
+
+// PullRequest is the pull request a plan's commits are delivered in.
+type PullRequest struct {
+	PlanID     string
+	Repo       string // owner/name
+	Number     int
+	NodeID     string // GitHub's GraphQL id
+	URL        string
+	Branch     string
+	State      string // PullOpen, PullClosed, PullMerged
+	Draft      bool
+	BodySHA256 []byte // of the body whilly last wrote
+}
+
+// RecordPull records the pull request of a plan — opened by whilly, or found open from
+// the plan's branch (reused, a second intake of the issue) — with a pr.opened event. It
+// is bookkeeping of the mirror, not a change of the plan: no hook runs.
+func (s *Store) RecordPull(ctx context.Context, pr PullRequest, reused bool) error {
+	if pr.State == "" {
+		pr.State = PullOpen
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO github_pulls (plan_id, repo, number, node_id, url, branch, state, draft, body_sha256)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			ON CONFLICT (plan_id) DO UPDATE SET repo = EXCLUDED.repo, number = EXCLUDED.number, node_id = EXCLUDED.node_id,
+				url = EXCLUDED.url, branch = EXCLUDED.branch, state = EXCLUDED.state, draft = EXCLUDED.draft,
+				body_sha256 = EXCLUDED.body_sha256, updated_at = now()`,
+			pr.PlanID, pr.Repo, pr.Number, pr.NodeID, pr.URL, pr.Branch, pr.State, pr.Draft, pr.BodySHA256)
+		if err != nil {
+			return fmt.Errorf("record pull request of plan %s: %w", pr.PlanID, err)
+		}
+		payload := map[string]any{"number": pr.Number, "url": pr.URL, "branch": pr.Branch, "draft": pr.Draft, "reused": reused}
+		return insertEvent(ctx, tx, pr.PlanID, "", EventPullOpened, payload, nil)
+	})
+}
+
+// SetPullBody records the digest of the pull request body the mirror wrote.
+func (s *Store) SetPullBody(ctx context.Context, planID string, sha []byte) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE github_pulls SET body_sha256 = $2, updated_at = now() WHERE plan_id = $1`, planID, sha); err != nil {
+		return fmt.Errorf("record pull request body of plan %s: %w", planID, err)
+	}
+	return nil
+}
+
+// SetPullReady records that the plan's draft pull request is ready for review, with a
+// pr.ready event (once). Bookkeeping: no hook runs.
+func (s *Store) SetPullReady(ctx context.Context, planID string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		var (
+			number int
+			url    string
+		)
+		err := tx.QueryRow(ctx, `UPDATE github_pulls SET draft = false, updated_at = now() WHERE plan_id = $1 AND draft
+			RETURNING number, url`, planID).Scan(&number, &url)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("record pull request of plan %s ready: %w", planID, err)
+		}
+		return insertEvent(ctx, tx, planID, "", EventPullReady, map[string]any{"number": number, "url": url}, nil)
+	})
+}
+
+// PullChanged records what GitHub says became of a pull request (repo owner/name, its
+// number): closed, merged or reopened (state PullClosed, PullMerged or PullOpen). Each
+// plan it delivers gets a pr.closed, pr.merged or pr.reopened event with detail, and the
+// PlanChanged hook runs so that the status comment shows it; nothing else of the plan
+// changes. Plans whose pull request is already in that state are left alone, so a
+// redelivered webhook writes nothing. It returns the plans it changed.
+func (s *Store) PullChanged(ctx context.Context, repo string, number int, state string, detail map[string]any) ([]string, error) {
+	typ := map[string]string{PullOpen: EventPullReopened, PullClosed: EventPullClosed, PullMerged: EventPullMerged}[state]
+	if typ == "" {
+		return nil, fmt.Errorf("pull request state %q: %w", state, ErrInvalid)
+	}
+	var ids []string
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `UPDATE github_pulls SET state = $3, updated_at = now()
+			WHERE lower(repo) = lower($1) AND number = $2 AND state <> $3 RETURNING plan_id`, repo, number, state)
+		if err != nil {
+			return fmt.Errorf("record pull request %s#%d %s: %w", repo, number, state, err)
+		}
+		if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return fmt.Errorf("record pull request %s#%d %s: %w", repo, number, state, err)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			payload := map[string]any{"number": number, "repo": repo}
+			if err := insertEvent(ctx, tx, id, "", typ, payload, detail); err != nil {
+				return err
+			}
+		}
+		return s.changed(ctx, tx, ids...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// Dispatch reasons, as github_dispatches.reason records them.
+const (
+	// DispatchStart: the plan started (created by intake); once per plan.
+	DispatchStart = "start"
+	// DispatchIdle: the plan has ready tasks that nobody runs (the reconciler).
+	DispatchIdle = "idle"
+)
+
+// Dispatch is one repository_dispatch whilly sends to start Actions workers on a plan.
+type Dispatch struct {
+	ID             int64
+	PlanID         string
+	Reason         string
+	Repo           string // owner/name of the plan
+	InstallationID int64
+	PlanStatus     plan.PlanStatus
+	SentAt         *time.Time
+}
+
+// RecordDispatchStart runs in the transaction that creates a plan: for a GitHub plan of a
+// repository it records the plan's start dispatch and reports it (ok) the first time,
+// never again for that plan. The caller inserts the dispatch job in the same
+// transaction, so the dispatch exists exactly when the plan does.
+func RecordDispatchStart(ctx context.Context, tx pgx.Tx, planID string) (id int64, ok bool, err error) {
+	err = tx.QueryRow(ctx, `INSERT INTO github_dispatches (plan_id, reason)
+		SELECT id, 'start' FROM plans WHERE id = $1 AND repo IS NOT NULL AND github_issue_ref IS NOT NULL
+		ON CONFLICT (plan_id) WHERE reason = 'start' DO NOTHING
+		RETURNING id`, planID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("record the start dispatch of plan %s: %w", planID, err)
+	}
+	return id, true, nil
+}
+
+// GetDispatch returns a dispatch with its plan's repository, installation and status.
+func (s *Store) GetDispatch(ctx context.Context, id int64) (Dispatch, error) {
+	var d Dispatch
+	err := s.pool.QueryRow(ctx, `SELECT d.id, d.plan_id, d.reason, coalesce(p.repo, ''), coalesce(p.installation_id, 0),
+			p.status, d.sent_at
+		FROM github_dispatches d JOIN plans p ON p.id = d.plan_id WHERE d.id = $1`, id).
+		Scan(&d.ID, &d.PlanID, &d.Reason, &d.Repo, &d.InstallationID, &d.PlanStatus, &d.SentAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, fmt.Errorf("dispatch %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return d, fmt.Errorf("get dispatch %d: %w", id, err)
+	}
+	return d, nil
+}
+
+// FinishDispatch records how a dispatch ended: sent (with an actions.dispatched event
+// naming the event type), or not, with the outcome saying why.
+func (s *Store) FinishDispatch(ctx context.Context, d Dispatch, sent bool, eventType, outcome string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE github_dispatches SET outcome = $2,
+			sent_at = CASE WHEN $3 THEN now() ELSE sent_at END WHERE id = $1 AND sent_at IS NULL`, d.ID, outcome, sent)
+		if err != nil {
+			return fmt.Errorf("finish dispatch %d: %w", d.ID, err)
+		}
+		if tag.RowsAffected() == 0 || !sent {
+			return nil
+		}
+		payload := map[string]any{"event_type": eventType, "reason": d.Reason, "repo": d.Repo, "dispatch_id": d.ID}
+		return insertEvent(ctx, tx, d.PlanID, "", EventActionsDispatched, payload, nil)
+	})
+}
+
+// IdleDispatches records an idle dispatch for each live GitHub plan of a repository
+// that has a task ready to claim but none running, and has seen neither a claim nor a
+// dispatch for the interval every: its work waits for a worker that is not there. For
+// each one, enqueue runs in the same transaction (it inserts the dispatch job). At most
+// limit plans are handled per call.
+func (s *Store) IdleDispatches(ctx context.Context, every time.Duration, limit int, enqueue func(ctx context.Context, tx pgx.Tx, d Dispatch) error) ([]Dispatch, error) {
+	var out []Dispatch
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// One reconciler at a time, whatever the number of replicas.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('whilly:dispatch:idle', 0))`); err != nil {
+			return fmt.Errorf("lock idle dispatches: %w", err)
+		}
+		rows, err := tx.Query(ctx, `
+			WITH idle AS (
+				SELECT p.id, p.repo, coalesce(p.installation_id, 0) AS inst, p.status
+				FROM plans p
+				WHERE p.status = 'ACTIVE' AND p.repo IS NOT NULL AND p.github_issue_ref IS NOT NULL
+				  AND (p.budget_usd IS NULL OR p.spent_usd < p.budget_usd)
+				  AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.plan_id = p.id AND r.status IN ('CLAIMED', 'IN_PROGRESS'))
+				  AND EXISTS (
+					SELECT 1 FROM tasks t
+					WHERE t.plan_id = p.id AND t.status = 'PENDING'
+					  AND (t.not_before IS NULL OR t.not_before <= now())
+					  AND (NOT p.strict OR t.gate_verdict <> 'REJECT')
+					  AND NOT EXISTS (
+						SELECT 1 FROM unnest(t.dependencies) AS d(dep)
+						LEFT JOIN tasks x ON x.plan_id = t.plan_id AND x.id = d.dep
+						WHERE x.status IS NULL OR x.status NOT IN ('DONE', 'SKIPPED')))
+				  AND NOT EXISTS (SELECT 1 FROM github_dispatches d
+					WHERE d.plan_id = p.id AND d.created_at > now() - make_interval(secs => $1))
+				  AND NOT EXISTS (SELECT 1 FROM events e
+					WHERE e.plan_id = p.id AND e.type = 'CLAIM' AND e.created_at > now() - make_interval(secs => $1))
+				ORDER BY p.id
+				LIMIT $2
+			), ins AS (
+				INSERT INTO github_dispatches (plan_id, reason) SELECT id, 'idle' FROM idle ORDER BY id
+				RETURNING id, plan_id
+			)
+			SELECT ins.id, ins.plan_id, idle.repo, idle.inst, idle.status FROM ins JOIN idle ON idle.id = ins.plan_id
+			ORDER BY ins.plan_id`, every.Seconds(), limit)
+		if err != nil {
+			return fmt.Errorf("find idle plans: %w", err)
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Dispatch, error) {
+			d := Dispatch{Reason: DispatchIdle}
+			err := r.Scan(&d.ID, &d.PlanID, &d.Repo, &d.InstallationID, &d.PlanStatus)
+			return d, err
+		})
+		if err != nil {
+			return fmt.Errorf("find idle plans: %w", err)
+		}
+		for _, d := range out {
+			if err := enqueue(ctx, tx, d); err != nil {
+				return fmt.Errorf("enqueue dispatch of plan %s: %w", d.PlanID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -22,12 +22,15 @@ import (
 	"github.com/golang-jwt/jwt/v4"
 )
 
-// GitHub is a stateful fake of the GitHub REST endpoints whilly calls: installation
-// tokens, issues, labels, comments, reactions, collaborator permissions and the App's
-// webhook deliveries. Clients reach it through the real go-github and ghinstallation
-// code: App requests must carry a JWT signed with Key (generated per fake), repository
-// requests an installation token it issued or the static Token. It records every
-// request, injects faults (Fail), and fails the test on a route it does not know.
+// GitHub is a stateful fake of the GitHub endpoints whilly calls: installation tokens
+// (repository-scoped ones too), issues, labels, comments, reactions, collaborator
+// permissions, the App's webhook deliveries, repositories, pull requests (with the one
+// GraphQL mutation whilly sends), repository_dispatch, and git itself over smart HTTP
+// for repositories made with AddGitRepo (see github_pulls.go). Clients reach it through
+// the real go-github and ghinstallation code and real git: App requests must carry a JWT
+// signed with Key (generated per fake), repository requests an installation token it
+// issued or the static Token. It records every request, injects faults (Fail), and fails
+// the test on a route it does not know.
 type GitHub struct {
 	t      testing.TB
 	Server *httptest.Server
@@ -48,6 +51,10 @@ type GitHub struct {
 	deliveries    []FakeHookDelivery
 	redelivered   []int64
 	routes        []fakeRoute
+	tokenTTL      time.Duration
+	tokenRequests []TokenRequest
+	gitRoot       string // bare repositories: <gitRoot>/<owner>/<name>.git
+	gitBackend    string // git-http-backend
 }
 
 // GitHubRequest is one request the fake answered.
@@ -56,7 +63,10 @@ type GitHubRequest struct {
 	Path         string
 	Status       int
 	Installation int64 // 0: App JWT or static token
-	At           time.Time
+	// Scoped: the request carried a token minted for some repositories and
+	// permissions only (a worker's push token).
+	Scoped bool
+	At     time.Time
 }
 
 // Write reports whether the request changed something on GitHub (a content write in
@@ -99,6 +109,17 @@ type FakeHookDelivery struct {
 type fakeToken struct {
 	installation int64
 	expires      time.Time
+	repos        []string          // lower-case owner/name; nil: every repository of the installation
+	perms        map[string]string // nil: the installation's
+}
+
+// scoped reports whether the token was minted for some repositories or permissions.
+func (t fakeToken) scoped() bool { return t.repos != nil || t.perms != nil }
+
+// mayCall reports whether a scoped token may make an API call (m: the route's match). A
+// push token may read its repositories' metadata and nothing else of the API.
+func (t fakeToken) mayCall(method, path string, m []string) bool {
+	return method == http.MethodGet && repoMetadata.MatchString(path) && slices.Contains(t.repos, strings.ToLower(m[1]+"/"+m[2]))
 }
 
 type fakeIssue struct {
@@ -109,21 +130,34 @@ type fakeIssue struct {
 }
 
 type fakeRepo struct {
-	name      string
-	labels    map[string]fakeLabel
-	issues    map[int]*fakeIssue
-	comments  map[int64]*FakeComment
-	commentOf map[int64]int // comment → issue
-	reactions map[int64][]string
-	perms     map[string]string
+	name          string
+	labels        map[string]fakeLabel
+	issues        map[int]*fakeIssue
+	comments      map[int64]*FakeComment
+	commentOf     map[int64]int // comment → issue
+	reactions     map[int64][]string
+	perms         map[string]string
+	defaultBranch string
+	gitDir        string // bare repository (AddGitRepo); "" when git is not served
+	pulls         map[int]*FakePull
+	dispatches    []FakeDispatch
 }
 
 type fakeLabel struct{ Name, Color, Description string }
 
+// authKind is how a route authenticates.
+type authKind int
+
+const (
+	authToken authKind = iota // an installation token or the static token
+	authApp                   // the App's JWT
+	authGit                   // git over HTTP: basic auth, x-access-token and a token
+)
+
 type fakeRoute struct {
 	method string
 	re     *regexp.Regexp
-	app    bool // App JWT auth instead of an installation token
+	auth   authKind
 	h      func(w http.ResponseWriter, r *http.Request, inst int64, m []string) int
 }
 
@@ -146,6 +180,7 @@ func NewGitHub(t testing.TB) *GitHub {
 		installations: map[int64][]string{},
 		tokens:        map[string]fakeToken{},
 		nextID:        1000,
+		tokenTTL:      time.Hour,
 	}
 	g.routes = g.routeTable()
 	g.Server = httptest.NewServer(http.HandlerFunc(g.serve))
@@ -179,7 +214,8 @@ func (g *GitHub) repo(name string) *fakeRepo {
 	r := g.repos[k]
 	if r == nil {
 		r = &fakeRepo{name: name, labels: map[string]fakeLabel{}, issues: map[int]*fakeIssue{},
-			comments: map[int64]*FakeComment{}, commentOf: map[int64]int{}, reactions: map[int64][]string{}, perms: map[string]string{}}
+			comments: map[int64]*FakeComment{}, commentOf: map[int64]int{}, reactions: map[int64][]string{}, perms: map[string]string{},
+			defaultBranch: "main", pulls: map[int]*FakePull{}}
 		g.repos[k] = r
 	}
 	return r
@@ -266,6 +302,17 @@ func (g *GitHub) RemoveLabelByHand(repo string, number int, label string) {
 	defer g.mu.Unlock()
 	if is := g.repo(repo).issues[number]; is != nil {
 		is.labels = slices.DeleteFunc(is.labels, func(l string) bool { return strings.EqualFold(l, label) })
+	}
+}
+
+// AddLabelByHand puts a label on an issue as a person would (no request recorded;
+// deliver the issues.labeled webhook yourself).
+func (g *GitHub) AddLabelByHand(repo string, number int, label string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.repo(repo)
+	if is := r.issues[number]; is != nil {
+		g.addLabelLocked(r, is, label)
 	}
 }
 
@@ -363,10 +410,18 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 			m[i] = u
 		}
 	}
-	inst, status := g.authenticate(r, route.app)
-	rec.Installation = inst
+	tok, status := g.authenticate(r, route.auth, m)
+	inst := tok.installation
+	rec.Installation, rec.Scoped = inst, tok.scoped()
 	if status != 0 {
+		if route.auth == authGit {
+			w.Header().Set("WWW-Authenticate", `Basic realm="GitHub"`)
+		}
 		rec.Status = writeJSON(w, status, map[string]string{"message": "Bad credentials"})
+		return
+	}
+	if tok.scoped() && route.auth == authToken && !tok.mayCall(r.Method, path, m) {
+		rec.Status = writeJSON(w, http.StatusForbidden, map[string]string{"message": "Resource not accessible by integration"})
 		return
 	}
 	if f := g.fault(r.Method, path); f != nil {
@@ -391,14 +446,17 @@ func (g *GitHub) fault(method, path string) *Fault {
 	return nil
 }
 
-// authenticate checks the App JWT (app routes) or the token; it returns the
-// installation of the token and a non-zero status when refused.
-func (g *GitHub) authenticate(r *http.Request, app bool) (int64, int) {
+// authenticate checks the App JWT (app routes), git's basic auth (git routes, m naming
+// the repository) or the token; it returns the token and a non-zero status when refused.
+func (g *GitHub) authenticate(r *http.Request, kind authKind, m []string) (fakeToken, int) {
 	auth := r.Header.Get("Authorization")
-	if app {
+	switch kind {
+	case authGit:
+		return g.authenticateGit(r, m)
+	case authApp:
 		raw, ok := strings.CutPrefix(auth, "Bearer ")
 		if !ok {
-			return 0, http.StatusUnauthorized
+			return fakeToken{}, http.StatusUnauthorized
 		}
 		claims := &jwt.RegisteredClaims{}
 		_, err := jwt.ParseWithClaims(raw, claims, func(tok *jwt.Token) (any, error) {
@@ -409,24 +467,29 @@ func (g *GitHub) authenticate(r *http.Request, app bool) (int64, int) {
 		})
 		if err != nil || claims.Issuer != strconv.FormatInt(g.AppID, 10) {
 			g.t.Errorf("fake GitHub: bad App JWT on %s %s: %v", r.Method, r.URL.Path, err)
-			return 0, http.StatusUnauthorized
+			return fakeToken{}, http.StatusUnauthorized
 		}
-		return 0, 0
+		return fakeToken{}, 0
+	case authToken:
 	}
-	tok := strings.TrimPrefix(strings.TrimPrefix(auth, "token "), "Bearer ")
+	return g.lookupToken(strings.TrimPrefix(strings.TrimPrefix(auth, "token "), "Bearer "))
+}
+
+// lookupToken finds a token the fake accepts: the static one or an unexpired issued one.
+func (g *GitHub) lookupToken(tok string) (fakeToken, int) {
 	if tok == "" {
-		return 0, http.StatusUnauthorized
+		return fakeToken{}, http.StatusUnauthorized
 	}
 	if tok == g.Token {
-		return 0, 0
+		return fakeToken{}, 0
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ft, ok := g.tokens[tok]
 	if !ok || time.Now().After(ft.expires) {
-		return 0, http.StatusUnauthorized
+		return fakeToken{}, http.StatusUnauthorized
 	}
-	return ft.installation, 0
+	return ft, 0
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) int {
@@ -443,28 +506,42 @@ const (
 	issueRe = repoRe + `/issues/([0-9]+)`
 )
 
+// repoMetadata is GET /repos/OWNER/NAME, all a push token may read of the API.
+var repoMetadata = regexp.MustCompile("^" + repoRe + "$")
+
 func (g *GitHub) routeTable() []fakeRoute {
-	rt := func(method, pattern string, app bool, h func(http.ResponseWriter, *http.Request, int64, []string) int) fakeRoute {
-		return fakeRoute{method: method, re: regexp.MustCompile("^" + pattern + "$"), app: app, h: h}
+	rt := func(method, pattern string, auth authKind, h func(http.ResponseWriter, *http.Request, int64, []string) int) fakeRoute {
+		return fakeRoute{method: method, re: regexp.MustCompile("^" + pattern + "$"), auth: auth, h: h}
 	}
 	return []fakeRoute{
-		rt("POST", `/app/installations/([0-9]+)/access_tokens`, true, g.accessToken),
-		rt("GET", `/app/hook/deliveries`, true, g.listDeliveries),
-		rt("POST", `/app/hook/deliveries/([0-9]+)/attempts`, true, g.redeliver),
-		rt("GET", repoRe+`/installation`, true, g.repoInstallation),
-		rt("GET", issueRe, false, g.getIssue),
-		rt("GET", issueRe+`/labels`, false, g.listIssueLabels),
-		rt("POST", issueRe+`/labels`, false, g.addIssueLabels),
-		rt("DELETE", issueRe+`/labels/([^/]+)`, false, g.removeIssueLabel),
-		rt("GET", repoRe+`/labels/([^/]+)`, false, g.getLabel),
-		rt("POST", repoRe+`/labels`, false, g.createLabel),
-		rt("GET", issueRe+`/comments`, false, g.listComments),
-		rt("POST", issueRe+`/comments`, false, g.createComment),
-		rt("GET", repoRe+`/issues/comments/([0-9]+)`, false, g.getComment),
-		rt("PATCH", repoRe+`/issues/comments/([0-9]+)`, false, g.editComment),
-		rt("POST", issueRe+`/reactions`, false, g.reactIssue),
-		rt("POST", repoRe+`/issues/comments/([0-9]+)/reactions`, false, g.reactComment),
-		rt("GET", repoRe+`/collaborators/([^/]+)/permission`, false, g.permission),
+		rt("POST", `/app/installations/([0-9]+)/access_tokens`, authApp, g.accessToken),
+		rt("GET", `/app`, authApp, g.getApp),
+		rt("GET", `/app/hook/deliveries`, authApp, g.listDeliveries),
+		rt("POST", `/app/hook/deliveries/([0-9]+)/attempts`, authApp, g.redeliver),
+		rt("GET", repoRe+`/installation`, authApp, g.repoInstallation),
+		rt("GET", issueRe, authToken, g.getIssue),
+		rt("GET", issueRe+`/labels`, authToken, g.listIssueLabels),
+		rt("POST", issueRe+`/labels`, authToken, g.addIssueLabels),
+		rt("DELETE", issueRe+`/labels/([^/]+)`, authToken, g.removeIssueLabel),
+		rt("GET", repoRe+`/labels/([^/]+)`, authToken, g.getLabel),
+		rt("POST", repoRe+`/labels`, authToken, g.createLabel),
+		rt("GET", issueRe+`/comments`, authToken, g.listComments),
+		rt("POST", issueRe+`/comments`, authToken, g.createComment),
+		rt("GET", repoRe+`/issues/comments/([0-9]+)`, authToken, g.getComment),
+		rt("PATCH", repoRe+`/issues/comments/([0-9]+)`, authToken, g.editComment),
+		rt("POST", issueRe+`/reactions`, authToken, g.reactIssue),
+		rt("POST", repoRe+`/issues/comments/([0-9]+)/reactions`, authToken, g.reactComment),
+		rt("GET", repoRe+`/collaborators/([^/]+)/permission`, authToken, g.permission),
+		rt("GET", `/users/([^/]+)`, authToken, g.getUser),
+		rt("GET", repoRe, authToken, g.getRepo),
+		rt("GET", repoRe+`/pulls`, authToken, g.listPulls),
+		rt("POST", repoRe+`/pulls`, authToken, g.createPull),
+		rt("GET", repoRe+`/pulls/([0-9]+)`, authToken, g.getPull),
+		rt("PATCH", repoRe+`/pulls/([0-9]+)`, authToken, g.editPull),
+		rt("POST", repoRe+`/dispatches`, authToken, g.dispatch),
+		rt("POST", `/graphql`, authToken, g.graphQL),
+		rt("GET", gitRe+`/info/refs`, authGit, g.serveGit),
+		rt("POST", gitRe+`/git-(?:upload|receive)-pack`, authGit, g.serveGit),
 	}
 }
 
@@ -472,20 +549,78 @@ func notFound(w http.ResponseWriter) int {
 	return writeJSON(w, http.StatusNotFound, map[string]string{"message": "Not Found"})
 }
 
-func (g *GitHub) accessToken(w http.ResponseWriter, _ *http.Request, _ int64, m []string) int {
-	id, _ := strconv.ParseInt(m[1], 10, 64)
+// TokenRequest is one installation token the fake minted, with the repositories and
+// permissions it was asked to restrict the token to (none: the whole installation).
+type TokenRequest struct {
+	Installation int64
+	Repositories []string
+	Permissions  map[string]string
+}
+
+// TokenRequests returns the tokens minted so far.
+func (g *GitHub) TokenRequests() []TokenRequest {
 	g.mu.Lock()
-	_, known := g.installations[id]
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.tokenRequests)
+}
+
+// SetTokenTTL sets the lifetime of the tokens minted from now on (default an hour).
+func (g *GitHub) SetTokenTTL(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.tokenTTL = d
+}
+
+func (g *GitHub) accessToken(w http.ResponseWriter, req *http.Request, _ int64, m []string) int {
+	id, _ := strconv.ParseInt(m[1], 10, 64)
+	var opts struct {
+		Repositories []string          `json:"repositories"`
+		Permissions  map[string]string `json:"permissions"`
+	}
+	if req.ContentLength != 0 {
+		if err := json.NewDecoder(req.Body).Decode(&opts); err != nil {
+			return writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"message": "Invalid request"})
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	repos, known := g.installations[id]
 	if !known {
 		return notFound(w)
 	}
+	ft := fakeToken{installation: id, expires: time.Now().Add(g.tokenTTL), perms: opts.Permissions}
+	if opts.Repositories != nil {
+		ft.repos = []string{}
+		for _, name := range opts.Repositories {
+			full := ""
+			for _, r := range repos {
+				if _, n, _ := strings.Cut(r, "/"); n == strings.ToLower(name) {
+					full = r
+				}
+			}
+			if full == "" {
+				return writeJSON(w, http.StatusUnprocessableEntity, map[string]string{
+					"message": "There is at least one repository that does not exist or is not accessible to the parent installation."})
+			}
+			ft.repos = append(ft.repos, full)
+		}
+	}
+	for perm, level := range opts.Permissions {
+		if perm != "contents" && perm != "metadata" && perm != "issues" && perm != "pull_requests" {
+			return writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"message": "The permissions requested are not granted to this installation."})
+		}
+		if level != "read" && level != "write" {
+			return writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"message": "Invalid permission level " + level})
+		}
+	}
+	g.tokenRequests = append(g.tokenRequests, TokenRequest{Installation: id, Repositories: slices.Clone(opts.Repositories), Permissions: opts.Permissions})
 	tok := "ghs_" + randomHex(g.t, 16)
-	exp := time.Now().Add(time.Hour)
-	g.mu.Lock()
-	g.tokens[tok] = fakeToken{installation: id, expires: exp}
-	g.mu.Unlock()
-	return writeJSON(w, http.StatusCreated, map[string]any{"token": tok, "expires_at": exp.UTC().Format(time.RFC3339)})
+	g.tokens[tok] = ft
+	out := map[string]any{"token": tok, "expires_at": ft.expires.UTC().Format(time.RFC3339)}
+	if ft.perms != nil {
+		out["permissions"] = ft.perms
+	}
+	return writeJSON(w, http.StatusCreated, out)
 }
 
 func (g *GitHub) listDeliveries(w http.ResponseWriter, r *http.Request, _ int64, _ []string) int {

@@ -1,0 +1,240 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/queue"
+)
+
+func issuePlan() queue.PlanInfo {
+	return queue.PlanInfo{ID: "gh/octo/shop/12", Repo: repo, GitHubIssueRef: "octo/shop#12", InstallationID: 7}
+}
+
+// A claim of an issue plan gets the clone URL, the default branch as the base, the
+// issue's branch, the bot as author and a token that can push to that one repository
+// and do nothing else; a burst of claims mints one token.
+func TestWorkspaceOfAnIssuePlan(t *testing.T) {
+	t.Parallel()
+	gh, f := newFake(t)
+	gh.Install(7, "octo/other")
+	gh.SetDefaultBranch(repo, "trunk")
+	ws := app.NewWorkspaces(f, nil, app.WorkspaceConfig{MaxFiles: 10})
+	ctx := context.Background()
+
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		got []string
+	)
+	for range 10 {
+		wg.Go(func() {
+			w, err := ws.Workspace(ctx, issuePlan())
+			if err != nil || w == nil {
+				t.Errorf("workspace = %v, %v", w, err)
+				return
+			}
+			mu.Lock()
+			got = append(got, w.Token)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	reads := gh.CountRequests("GET", `/repos/octo/shop`)
+	w, err := ws.Workspace(ctx, issuePlan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("clone=%s/octo/shop.git base=trunk branch=whilly/issue-12 author=%s <%d+%s@users.noreply.127.0.0.1> files=10",
+		gh.Server.URL, testkit.BotLogin, testkit.BotUserID, testkit.BotLogin)
+	if have := fmt.Sprintf("clone=%s base=%s branch=%s author=%s <%s> files=%d", w.CloneURL, w.BaseBranch, w.Branch,
+		w.AuthorName, w.AuthorEmail, w.MaxFiles); have != want {
+		t.Errorf("workspace\n got %s\nwant %s", have, want)
+	}
+	if w.TokenExpiresAt == nil || time.Until(*w.TokenExpiresAt) < 50*time.Minute {
+		t.Errorf("token expires at %v, want about an hour from now", w.TokenExpiresAt)
+	}
+	for _, tok := range got {
+		if tok != w.Token {
+			t.Fatalf("the burst of claims got different tokens")
+		}
+	}
+	reqs := gh.TokenRequests()
+	var scoped []testkit.TokenRequest
+	for _, r := range reqs {
+		if r.Repositories != nil {
+			scoped = append(scoped, r)
+		}
+	}
+	if len(scoped) != 1 || !slices.Equal(scoped[0].Repositories, []string{"shop"}) || scoped[0].Installation != 7 ||
+		len(scoped[0].Permissions) != 1 || scoped[0].Permissions["contents"] != "write" {
+		t.Errorf("scoped token requests = %+v, want one for shop with contents: write only", scoped)
+	}
+	if n := gh.CountRequests("GET", `/repos/octo/shop`); n != reads || n == 0 {
+		t.Errorf("%d reads of the repository after %d, want none more (cached)", n, reads)
+	}
+
+	// The push token reads its repository's metadata, and nothing else.
+	call := func(method, path string) int {
+		req, _ := http.NewRequestWithContext(ctx, method, gh.Server.URL+path, strings.NewReader(`{"body":"hi"}`))
+		req.Header.Set("Authorization", "token "+w.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/repos/octo/shop", 200},
+		{"POST", "/repos/octo/shop/issues/12/comments", 403},
+		{"GET", "/repos/octo/shop/issues/12", 403},
+		{"GET", "/repos/octo/other", 403},
+		{"POST", "/repos/octo/shop/dispatches", 403},
+	} {
+		if got := call(c.method, c.path); got != c.want {
+			t.Errorf("%s %s with the push token = %d, want %d", c.method, c.path, got, c.want)
+		}
+	}
+}
+
+// A token with less than TokenMinLife left is not handed out again: a new one is minted.
+func TestWorkspaceTokenIsRenewedBeforeItCouldExpireMidTask(t *testing.T) {
+	t.Parallel()
+	gh, f := newFake(t)
+	gh.SetTokenTTL(30 * time.Minute)
+	ws := app.NewWorkspaces(f, nil, app.WorkspaceConfig{})
+	ctx := context.Background()
+	a, err := ws.Workspace(ctx, issuePlan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ws.Workspace(ctx, issuePlan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Token == b.Token {
+		t.Error("a token with 30 min left was handed out again; the default minimum is 35 min")
+	}
+	gh.SetTokenTTL(time.Hour)
+	c, _ := ws.Workspace(ctx, issuePlan())
+	d, _ := ws.Workspace(ctx, issuePlan())
+	if c.Token != d.Token {
+		t.Error("a fresh one-hour token was not reused")
+	}
+}
+
+func TestWorkspaceOnlyForIssuePlansAndFindsTheInstallation(t *testing.T) {
+	t.Parallel()
+	gh, f := newFake(t)
+	ws := app.NewWorkspaces(f, nil, app.WorkspaceConfig{})
+	ctx := context.Background()
+	for _, p := range []queue.PlanInfo{{ID: "local"}, {ID: "file", Repo: repo}} {
+		if w, err := ws.Workspace(ctx, p); w != nil || err != nil {
+			t.Errorf("plan %+v: workspace %v, %v; want none", p, w, err)
+		}
+	}
+	p := issuePlan()
+	p.InstallationID = 0 // taken in with WHILLY_GITHUB_TOKEN
+	if w, err := ws.Workspace(ctx, p); err != nil || w == nil || w.Token == "" {
+		t.Fatalf("workspace of a token-intake plan = %v, %v", w, err)
+	}
+	if n := gh.CountRequests("GET", `/repos/octo/shop/installation`); n != 1 {
+		t.Errorf("%d installation look-ups, want 1", n)
+	}
+	p.InstallationID = 99 // the App was installed anew since the intake
+	if w, err := ws.Workspace(ctx, p); err != nil || w == nil || w.Token == "" {
+		t.Fatalf("workspace of a plan whose installation is gone = %v, %v; want the new installation's", w, err)
+	}
+	p.Repo = "octo/missing"
+	if _, err := ws.Workspace(ctx, p); !errors.Is(err, app.ErrNotFound) {
+		t.Errorf("workspace of a repository the App does not cover = %v, want ErrNotFound", err)
+	}
+}
+
+func TestGitAndGraphQLURLsFollowTheAPIURL(t *testing.T) {
+	t.Parallel()
+	r := app.Repo{Owner: "octo", Name: "shop"}
+	for _, c := range []struct{ api, git, graphql string }{
+		{"", "https://github.com/octo/shop.git", "https://api.github.com/graphql"},
+		{"https://ghes.example.com/api/v3/", "https://ghes.example.com/octo/shop.git", "https://ghes.example.com/api/graphql"},
+		{"https://api.acme.ghe.com/", "https://acme.ghe.com/octo/shop.git", "https://api.acme.ghe.com/graphql"},
+		{"http://127.0.0.1:8080/", "http://127.0.0.1:8080/octo/shop.git", "http://127.0.0.1:8080/graphql"},
+	} {
+		f, err := app.NewFactory(app.Config{APIURL: c.api, Token: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.GitURL(r); got != c.git {
+			t.Errorf("%q: git URL %s, want %s", c.api, got, c.git)
+		}
+		if got := f.GraphQLURL(); got != c.graphql {
+			t.Errorf("%q: GraphQL URL %s, want %s", c.api, got, c.graphql)
+		}
+	}
+}
+
+// The pull request calls, the GraphQL mutation and repository_dispatch, through the
+// real go-github code against the fake.
+func TestPullRequestCallsAndDispatch(t *testing.T) {
+	t.Parallel()
+	gh, f := newFake(t)
+	ctx := context.Background()
+	c, err := f.Installation(ctx, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := app.Repo{Owner: "octo", Name: "shop"}
+	if _, err := c.FindPull(ctx, r, "whilly/issue-12"); !errors.Is(err, app.ErrNotFound) {
+		t.Fatalf("find before any = %v, want ErrNotFound", err)
+	}
+	p, err := c.CreatePull(ctx, r, app.NewPull{Title: "Harden login", Body: "Closes #12", Head: "whilly/issue-12", Base: "main", Draft: true})
+	if err != nil || p.Number != 13 || !p.Draft || p.NodeID == "" || p.URL != "https://github.com/octo/shop/pull/13" {
+		t.Fatalf("create = %+v, %v", p, err)
+	}
+	_, err = c.CreatePull(ctx, r, app.NewPull{Title: "again", Head: "whilly/issue-12", Base: "main"})
+	var se *app.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusUnprocessableEntity || !strings.Contains(se.Message, "already exists") {
+		t.Errorf("second create = %v, want a 422 saying it exists", err)
+	}
+	found, err := c.FindPull(ctx, r, "whilly/issue-12")
+	if err != nil || found.Number != 13 || found.Head != "whilly/issue-12" {
+		t.Errorf("find = %+v, %v", found, err)
+	}
+	if err := c.EditPullBody(ctx, r, 13, "Closes #12\n\n- [x] done"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MarkPullReady(ctx, p.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MarkPullReady(ctx, "PR_nope"); !errors.Is(err, app.ErrNotFound) {
+		t.Errorf("ready of an unknown node = %v, want ErrNotFound", err)
+	}
+	got, err := c.GetPull(ctx, r, 13)
+	if err != nil || got.Draft || got.Body != "Closes #12\n\n- [x] done" || got.State != "open" {
+		t.Errorf("pull request after edit and ready = %+v, %v", got, err)
+	}
+	if err := c.Dispatch(ctx, r, app.DispatchEventType, map[string]any{"plan": "gh/octo/shop/12"}); err != nil {
+		t.Fatal(err)
+	}
+	ds := gh.Dispatches(repo)
+	if len(ds) != 1 || ds[0].EventType != "whilly-work" || ds[0].ClientPayload["plan"] != "gh/octo/shop/12" {
+		t.Errorf("dispatches = %+v", ds)
+	}
+	info, err := c.RepoInfo(ctx, r)
+	if err != nil || info.DefaultBranch != "main" {
+		t.Errorf("repository = %+v, %v", info, err)
+	}
+}

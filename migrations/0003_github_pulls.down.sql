@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS github_dispatches;
+DROP TABLE IF EXISTS github_pulls;
