@@ -116,12 +116,13 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return envf("listen on a loopback port: %w", err)
 	}
 	cp, err := a.startControlPlane(ctx, st, ln)
 	if err != nil {
+		_ = ln.Close() // nothing was served on it
 		return err
 	}
 	defer func() { _ = cp.Shutdown(context.WithoutCancel(ctx)) }()

@@ -41,14 +41,14 @@ SIGTERM or SIGINT shuts down in order: HTTP, then background jobs, then the data
 			if listen == "" {
 				listen = "127.0.0.1:8000"
 			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return envf("listen on %s: %w", listen, err)
-			}
 			st, closeDB, err := a.openStore(cmd.Context())
 			if err != nil {
-				ln.Close()
 				return err
+			}
+			ln, err := (&net.ListenConfig{}).Listen(cmd.Context(), "tcp", listen)
+			if err != nil {
+				closeDB()
+				return envf("listen on %s: %w", listen, err)
 			}
 			defer closeDB()
 			a.printf("whilly control plane listening on http://%s\n", ln.Addr())
@@ -209,7 +209,7 @@ func (cp *controlPlane) Shutdown(ctx context.Context) error {
 func (a *app) serve(ctx context.Context, st *queue.Store, ln net.Listener) error {
 	cp, err := a.startControlPlane(ctx, st, ln)
 	if err != nil {
-		ln.Close()
+		_ = ln.Close() // nothing was served on it
 		return err
 	}
 	select {
