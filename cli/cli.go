@@ -145,6 +145,8 @@ Exit codes: 0 success, 1 validation or operation error, 2 environment or configu
 		a.dashboardCommand(),
 		a.forgeCommand(),
 		a.appCommand(),
+		a.benchCommand(),
+		a.eventsCommand(),
 	)
 	return root
 }

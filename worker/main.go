@@ -161,10 +161,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 // always successful: the setting of benchmarks.
 func simFromEnv(env func(k, def string) string) (agent.SimConfig, error) {
 	var sc agent.SimConfig
-	if v := env("WHILLY_SIM_DELAY", ""); v != "" && v != "0" {
-		d, err := ParseDuration(v)
+	if v := env("WHILLY_SIM_DELAY", ""); v != "" {
+		d, err := time.ParseDuration(v) // 0 and 0s are fine here
 		if err != nil {
-			return sc, fmt.Errorf("WHILLY_SIM_DELAY: %w", err)
+			d, err = ParseDuration(v)
+		}
+		if err != nil || d < 0 {
+			return sc, fmt.Errorf("WHILLY_SIM_DELAY %q is not a duration such as 200ms, or a number of seconds", v)
 		}
 		sc.Delay = d
 	}

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/whilly-go/whilly/internal/testkit"
+)
+
+func runBench(t *testing.T, env map[string]string, args ...string) (stdout, stderr string) {
+	t.Helper()
+	var out, errOut syncBuffer
+	a := testApp(t, &out, &errOut, env)
+	cmd := a.benchCommand()
+	cmd.SilenceUsage = true
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("bench %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, out.String(), errOut.String())
+	}
+	return out.String(), errOut.String()
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+// assertNoScratch checks that a benchmark left no scratch plan, table or live worker.
+func assertNoScratch(t *testing.T, dsn string) {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var plans, tables, workers int
+	ctx := context.Background()
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM plans WHERE id LIKE 'bench-%'`).Scan(&plans); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'whilly_bench_%'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM workers WHERE status <> 'revoked'`).Scan(&workers); err != nil {
+		t.Fatal(err)
+	}
+	if plans+tables+workers != 0 {
+		t.Errorf("the benchmark left %d scratch plans, %d tables and %d live workers behind", plans, tables, workers)
+	}
+}
+
+// A small `whilly bench claims` runs every phase against a test database, prints the
+// key=value line last, and removes its scratch plans, tables and workers.
+func TestBenchClaimsSmall(t *testing.T) {
+	t.Parallel()
+	dsn := testkit.DSN(t)
+	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn},
+		"claims", "--workers", "3", "--tasks", "60", "--chain", "10", "--idle", "500ms")
+	last := lastLine(out)
+	re := regexp.MustCompile(`^claims_per_s=\d+ raw_per_s=\d+ ratio=\d+\.\d\d ready_to_claim_p50_ms=\d+\.\d\d p99_ms=\d+\.\d\d idle_queries_per_worker_s=\d+\.\d\d$`)
+	if !re.MatchString(last) {
+		t.Fatalf("last line %q is not the key=value summary\n%s", last, out)
+	}
+	t.Log(last)
+	assertNoScratch(t, dsn)
+}
+
+// `whilly bench e2e` drives real whilly-worker processes; its last line is the summary.
+func TestBenchE2ESmall(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds whilly-worker: skipped with -short")
+	}
+	bin := filepath.Join(t.TempDir(), "whilly-worker")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command to build whilly-worker with: %v", err)
+	}
+	build := exec.Command(goBin, "build", "-o", bin, "./cmd/whilly-worker")
+	build.Dir = ".."
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build whilly-worker: %v\n%s", err, b)
+	}
+	dsn := testkit.DSN(t)
+	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn},
+		"e2e", "--workers", "3", "--tasks", "60", "--worker-bin", bin)
+	last := lastLine(out)
+	if !regexp.MustCompile(`^tasks_per_s=\d+ workers=3 p99_task_overhead_ms=\d+\.\d\d$`).MatchString(last) {
+		t.Fatalf("last line %q is not the key=value summary\n%s", last, out)
+	}
+	t.Log(last)
+	assertNoScratch(t, dsn)
+}

@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/whilly-go/whilly/control"
+	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// syncBuffer is a command's output, read while the command runs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) lines() []string {
+	s := strings.TrimRight(b.String(), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// testApp is an app whose environment is env and whose output goes to out and errOut.
+func testApp(t *testing.T, out, errOut *syncBuffer, env map[string]string) *app {
+	t.Helper()
+	if env["WHILLY_DATA_DIR"] == "" {
+		env["WHILLY_DATA_DIR"] = t.TempDir()
+	}
+	return &app{
+		io:  IO{In: strings.NewReader(""), Out: out, Err: errOut, Getenv: func(k string) string { return env[k] }},
+		log: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func eventsPlan(id string, n int) *plan.Plan {
+	p := &plan.Plan{ID: id, Name: "events " + id}
+	for i := range n {
+		p.Tasks = append(p.Tasks, plan.Task{
+			ID: "T" + string(rune('1'+i)), Priority: plan.PriorityMedium,
+			Description:        "A task whose events the tail command prints",
+			AcceptanceCriteria: []string{"printed"}, TestSteps: []string{"true"},
+		})
+	}
+	return p
+}
+
+// runTail runs `events tail args…` until the returned stop is called; stop returns the
+// command's error.
+func runTail(t *testing.T, a *app, args ...string) func() error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := a.eventsCommand()
+	cmd.SetArgs(append([]string{"tail"}, args...))
+	cmd.SetOut(a.io.Out)
+	cmd.SetErr(a.io.Err)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("events tail did not stop when cancelled")
+			return nil
+		}
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func newEventsStore(t *testing.T) (*queue.Store, string) {
+	t.Helper()
+	dsn := testkit.DSN(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return queue.NewStore(pool, nil, queue.Config{}), dsn
+}
+
+// The local tail prints the plan's latest events, then each new one as it is written,
+// and nothing of other plans.
+func TestEventsTailLocalPrintsRecentThenFollows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, dsn := newEventsStore(t)
+	if _, err := st.Import(ctx, eventsPlan("mine", 3), queue.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut syncBuffer
+	a := testApp(t, &out, &errOut, map[string]string{"WHILLY_DATABASE_URL": dsn})
+	stop := runTail(t, a, "--plan", "mine", "--recent", "2")
+
+	waitUntil(t, "the two recent events", func() bool { return len(out.lines()) >= 2 })
+	lines := out.lines()
+	if len(lines) != 2 || !strings.Contains(lines[0], "task.created") || !strings.Contains(lines[0], " T2 ") ||
+		!strings.Contains(lines[1], " T3 ") {
+		t.Fatalf("recent events:\n%s", out.String())
+	}
+
+	if _, err := st.Import(ctx, eventsPlan("other", 1), queue.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, _, err := st.RegisterWorker(ctx, "host", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: "mine"})
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v, %v", c, err)
+	}
+	waitUntil(t, "the CLAIM event", func() bool { return strings.Contains(out.String(), "CLAIM") })
+	if err := stop(); err != nil {
+		t.Fatalf("events tail ended with %v, want nil on cancel", err)
+	}
+	got := out.String()
+	if strings.Contains(got, "other") {
+		t.Errorf("events of another plan were printed:\n%s", got)
+	}
+	last := out.lines()[len(out.lines())-1]
+	if !strings.Contains(last, "CLAIM") || !strings.Contains(last, "mine") || !strings.Contains(last, " T1 ") ||
+		!strings.Contains(last, w.ID) {
+		t.Errorf("CLAIM line %q lacks the plan, task or worker", last)
+	}
+}
+
+// --since 0 --json replays the whole log of the plan as JSON objects, one per line, in
+// id order.
+func TestEventsTailSinceJSON(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, dsn := newEventsStore(t)
+	if _, err := st.Import(ctx, eventsPlan("p", 3), queue.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut syncBuffer
+	a := testApp(t, &out, &errOut, map[string]string{"WHILLY_DATABASE_URL": dsn})
+	stop := runTail(t, a, "--plan", "p", "--since", "0", "--json")
+	waitUntil(t, "the whole log", func() bool { return len(out.lines()) >= 4 }) // plan.created + 3 task.created
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var prev int64
+	for i, line := range out.lines() {
+		var e eventLine
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("line %d is not an event object: %q: %v", i, line, err)
+		}
+		if e.PlanID != "p" || e.ID <= prev || e.CreatedAt.IsZero() {
+			t.Errorf("line %d: %+v (previous id %d)", i, e, prev)
+		}
+		prev = e.ID
+	}
+	if first := out.lines()[0]; !strings.Contains(first, `"type":"plan.created"`) {
+		t.Errorf("the replay starts with %s, want plan.created", first)
+	}
+}
+
+// With --connect the tail reads the control plane's API and follows its SSE stream.
+func TestEventsTailRemote(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := newEventsStore(t)
+	ln := queue.NewListener(st.Pool(), nil)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ln.Run(runCtx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	srv := httptest.NewServer(control.New(st, ln, nil, control.Config{}).Handler())
+	t.Cleanup(srv.Close)
+	token, _, err := st.MintToken(ctx, "viewer@example.com", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Import(ctx, eventsPlan("remote", 3), queue.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errOut syncBuffer
+	a := testApp(t, &out, &errOut, map[string]string{"WHILLY_API_TOKEN": token})
+	stop := runTail(t, a, "--connect", srv.URL, "--plan", "remote", "--recent", "2")
+	waitUntil(t, "the two recent events", func() bool { return len(out.lines()) >= 2 })
+	if l := out.lines(); !strings.Contains(l[0], " T2 ") || !strings.Contains(l[1], " T3 ") {
+		t.Fatalf("recent events:\n%s", out.String())
+	}
+	waitUntil(t, "the stream to be open", func() bool { return ln.Subscribers() > 0 })
+	w, _, err := st.RegisterWorker(ctx, "host", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: "remote"}); err != nil || c == nil {
+		t.Fatalf("claim: %v, %v", c, err)
+	}
+	waitUntil(t, "the CLAIM event from the stream", func() bool { return strings.Contains(out.String(), "CLAIM") })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(out.lines()); n != 3 {
+		t.Errorf("%d lines, want the 2 recent events and the CLAIM:\n%s", n, out.String())
+	}
+
+	// A token the control plane does not know ends the command with exit 2.
+	var out2, err2 syncBuffer
+	bad := testApp(t, &out2, &err2, map[string]string{"WHILLY_API_TOKEN": "nope"})
+	cmd := bad.eventsCommand()
+	cmd.SetArgs([]string{"tail", "--connect", srv.URL})
+	cmd.SetOut(&out2)
+	cmd.SetErr(&err2)
+	if code := report(&err2, cmd.ExecuteContext(ctx)); code != ExitEnv {
+		t.Errorf("unknown token: exit %d, want %d (%s)", code, ExitEnv, err2.String())
+	}
+}

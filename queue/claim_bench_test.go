@@ -1,0 +1,101 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// The claim path of the store, without HTTP: how long one claim (and one claim plus its
+// COMPLETE) takes as a function of the backlog of pending tasks and of the number of
+// concurrent claimers. One op drains a fixed number of tasks (so `-benchtime 3x` still
+// measures something); the backlog is topped up between ops, outside the timer. The
+// figures to read are ns/task and tasks/s.
+func BenchmarkClaim(b *testing.B) {
+	for _, backlog := range []int{100, 1000, 10_000} {
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) { benchDrain(b, backlog, 1, false) })
+	}
+}
+
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, c := range []struct{ backlog, workers int }{{100, 1}, {1000, 1}, {10_000, 1}, {1000, 8}} {
+		b.Run(fmt.Sprintf("backlog=%d/workers=%d", c.backlog, c.workers), func(b *testing.B) {
+			benchDrain(b, c.backlog, c.workers, true)
+		})
+	}
+}
+
+func benchDrain(b *testing.B, backlog, workers int, complete bool) {
+	ctx := context.Background()
+	st, _ := newStore(b)
+	const planID = "bench"
+	// A task no worker may take keeps the plan ACTIVE while the backlog runs dry.
+	keeper := goodTask("keeper")
+	keeper.Labels = []string{"nobody"}
+	importTasks(b, st, &plan.Plan{ID: planID, Name: "bench", Tasks: []plan.Task{keeper}})
+	ws := make([]queue.Worker, workers)
+	for i := range ws {
+		ws[i] = register(b, st)
+	}
+	perOp := min(100, backlog)
+	pending, next := 0, 0
+	topUp := func() {
+		var ts []plan.Task
+		for ; pending < backlog; pending++ {
+			next++
+			ts = append(ts, goodTask(fmt.Sprintf("T%07d", next)))
+		}
+		if len(ts) > 0 {
+			importTasks(b, st, &plan.Plan{ID: planID, Name: "bench", Tasks: ts})
+		}
+	}
+	var drained time.Duration
+	tasks := 0
+	for b.Loop() {
+		b.StopTimer()
+		topUp()
+		b.StartTimer()
+		begin := time.Now()
+		var (
+			left  atomic.Int64
+			wg    sync.WaitGroup
+			errMu sync.Mutex
+			first error
+		)
+		left.Store(int64(perOp))
+		for _, w := range ws {
+			wg.Go(func() {
+				for left.Add(-1) >= 0 {
+					c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: planID})
+					if err == nil && c == nil {
+						err = fmt.Errorf("nothing claimable with %d tasks pending", pending)
+					}
+					if err == nil && complete {
+						_, err = st.Complete(ctx, leaseOf(c, w.ID), queue.CompleteInput{})
+					}
+					if err != nil {
+						errMu.Lock()
+						first = err
+						errMu.Unlock()
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		drained += time.Since(begin)
+		if first != nil {
+			b.Fatal(first)
+		}
+		pending -= perOp
+		tasks += perOp
+	}
+	b.ReportMetric(float64(drained.Nanoseconds())/float64(tasks), "ns/task")
+	b.ReportMetric(float64(tasks)/drained.Seconds(), "tasks/s")
+}
