@@ -162,31 +162,21 @@ type benchEnv struct {
 	rawCPU  []string // CPU per task of the raw loops, for the report
 }
 
-// benchSetup connects (poolSize 0 keeps pgx's default, as `whilly serve` has it), brings
+// benchSetup connects (poolSize 0 keeps the size `whilly serve` has), brings
 // the schema up to date and starts a control plane on a loopback port.
 func (a *app) benchSetup(ctx context.Context, poolSize int) (*benchEnv, error) {
-	url, err := a.databaseURL(ctx)
+	cfg, err := a.poolConfig(ctx)
 	if err != nil {
 		return nil, err
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, envf("WHILLY_DATABASE_URL is not a valid Postgres URL: %w", err)
 	}
 	tr := &benchTracer{}
 	cfg.ConnConfig.Tracer = tr
 	if poolSize > 0 {
 		cfg.MaxConns = int32(min(poolSize, 1000))
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := a.openPool(ctx, cfg)
 	if err != nil {
-		return nil, envf("open database: %w", err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
-		return nil, envf("cannot reach the database (%v); check WHILLY_DATABASE_URL or unset it to use the embedded one", err)
+		return nil, err
 	}
 	if _, err := migrations.Up(ctx, pool); err != nil {
 		pool.Close()
@@ -479,7 +469,7 @@ func (a *app) benchClaims() *cobra.Command {
             while serving an HTTP request is counted over the window. River and the LISTEN
             connection are not the workers' cost: their queries are shown apart.
 
-The pool has pgx's default size, as in 'whilly serve', unless --pool is given; the raw loop
+The pool has the size 'whilly serve' uses (16) unless --pool is given; the raw loop
 shares it. On Linux the CPU time per task of this process and of its Postgres backends is
 shown for the raw and http phases; --queries breaks the http phase's database time down by
 statement, --cpuprofile writes a CPU profile of it (go tool pprof FILE). Other load on the

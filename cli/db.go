@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,8 +33,8 @@ func (a *app) dataDir() string {
 	return pglocal.DefaultDataDir()
 }
 
-// connect opens a pool on the configured database and checks it answers.
-func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
+// poolConfig is the configured database's pool configuration.
+func (a *app) poolConfig(ctx context.Context) (*pgxpool.Config, error) {
 	url, err := a.databaseURL(ctx)
 	if err != nil {
 		return nil, err
@@ -42,6 +43,25 @@ func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, envf("WHILLY_DATABASE_URL is not a valid Postgres URL: %w", err)
 	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgx's default (4 on this kind of machine) makes a control plane's requests queue
+		// for connections long before Postgres is busy.
+		cfg.MaxConns = 16
+	}
+	return cfg, nil
+}
+
+// connect opens a pool on the configured database and checks it answers.
+func (a *app) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := a.poolConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return a.openPool(ctx, cfg)
+}
+
+// openPool opens a pool and checks that the database answers.
+func (a *app) openPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, envf("open database: %w", err)

@@ -117,6 +117,10 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 	if err != nil {
 		return nil, err
 	}
+	if len(exts) == 0 {
+		// No hook to run: the store's hot paths may then skip explicit transactions.
+		st = st.WithHooks(queue.Hooks{})
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	listener := queue.NewListener(st.Pool(), a.log)
 	go func() {

@@ -13,51 +13,92 @@ import (
 	"github.com/whilly-go/whilly/plan"
 )
 
-// claimSQL picks the first claimable task (SPEC §5) and leases it, in one statement.
-// SKIP LOCKED lets concurrent claimers pass over each other's candidates instead of
-// queueing behind them; the dependency check runs in the same snapshot.
-const claimSQL = `
+// The claim picks the first claimable task (SPEC §5), leases it and writes its CLAIM
+// event, in one statement. It walks an index in claim order — priority, plan age, file
+// order (tasks_claim_any; tasks_claim_plan with the plan fixed) — and stops at the first
+// task that passes the checks, so its cost does not grow with the backlog. SKIP LOCKED
+// lets concurrent claimers pass over each other's candidates instead of queueing behind
+// them; the dependency check runs in the same snapshot.
+const (
+	claimCand = `
 WITH cand AS (
 	SELECT t.plan_id AS cplan, t.id AS cid
 	FROM tasks t
-	JOIN plans p ON p.id = t.plan_id
-	WHERE t.status = 'PENDING'
+	WHERE t.status = 'PENDING' AND %s
 	  AND (t.not_before IS NULL OR t.not_before <= now())
-	  AND ($1 = '' OR t.plan_id = $1)
-	  AND p.status = 'ACTIVE'
-	  AND (p.budget_usd IS NULL OR p.spent_usd < p.budget_usd)
-	  AND (NOT p.strict OR t.gate_verdict <> 'REJECT')
 	  AND t.labels <@ $2::text[]
+	  AND EXISTS (
+		SELECT 1 FROM plans p WHERE p.id = t.plan_id AND p.status = 'ACTIVE'
+		  AND (p.budget_usd IS NULL OR p.spent_usd < p.budget_usd)
+		  AND (NOT p.strict OR t.gate_verdict <> 'REJECT'))
 	  AND NOT EXISTS (
 		SELECT 1 FROM unnest(t.dependencies) AS d(dep)
 		LEFT JOIN tasks x ON x.plan_id = t.plan_id AND x.id = d.dep
 		WHERE x.status IS NULL OR x.status NOT IN ('DONE', 'SKIPPED'))
-	ORDER BY t.priority_rank, p.created_at, t.plan_id, t.ord
+	ORDER BY %s
 	LIMIT 1
 	FOR UPDATE OF t SKIP LOCKED
+), claimed AS (
+	UPDATE tasks SET status = 'CLAIMED', attempts = attempts + 1, lease_id = gen_random_uuid(),
+		lease_expires_at = now() + make_interval(secs => $4), claimed_by = $3, version = version + 1,
+		updated_at = now()
+	FROM cand
+	WHERE plan_id = cand.cplan AND id = cand.cid
+	RETURNING tasks.*
+), ev AS (
+	INSERT INTO events (plan_id, task_id, type, payload)
+	SELECT plan_id, id, 'CLAIM', jsonb_build_object('worker_id', $3::text, 'attempt', attempts,
+		'lease_expires_at', lease_expires_at)
+	FROM claimed
 )
-UPDATE tasks SET status = 'CLAIMED', attempts = attempts + 1, lease_id = gen_random_uuid(),
-	lease_expires_at = now() + make_interval(secs => $4), claimed_by = $3, version = version + 1,
-	updated_at = now()
-FROM cand
-WHERE plan_id = cand.cplan AND id = cand.cid
-RETURNING ` + taskColumns
+SELECT ` + taskColumns + ` FROM claimed`
+)
+
+var (
+	claimPlanSQL = fmt.Sprintf(claimCand, `t.plan_id = $1`, `t.priority_rank, t.ord`)
+	claimAnySQL  = fmt.Sprintf(claimCand, `$1 = ''`, `t.priority_rank, t.plan_seq, t.ord`)
+)
 
 // Claim leases the next claimable task to the worker, writing CLAIM in the same
-// transaction. It returns nil, nil when nothing is claimable.
+// transaction. It returns nil, nil when nothing is claimable. Without hooks, a claim of
+// one plan is one round trip: the claim and the plan's read are pipelined in one implicit
+// transaction.
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
+	args := []any{req.PlanID, nonNil(req.Labels), req.WorkerID, s.cfg.LeaseTTL.Seconds()}
+	if req.PlanID != "" && s.cfg.Hooks.PlanChanged == nil {
+		b := &pgx.Batch{}
+		b.Queue(claimPlanSQL, args...)
+		b.Queue(`SELECT `+planColumnsNoCounts+` FROM plans p WHERE p.id = $1`, req.PlanID)
+		br := s.pool.SendBatch(ctx, b)
+		defer func() { _ = br.Close() }()
+		t, err := scanTask(br.QueryRow())
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("claim task of plan %s: %w", req.PlanID, err)
+		}
+		pi, err := scanPlan(br.QueryRow())
+		if err != nil {
+			return nil, fmt.Errorf("read plan %s of claimed task: %w", req.PlanID, err)
+		}
+		if err := br.Close(); err != nil {
+			return nil, fmt.Errorf("claim task of plan %s: %w", req.PlanID, err)
+		}
+		return &Claim{Task: t, Lease: LeaseInfo{ID: t.LeaseID, ExpiresAt: *t.LeaseExpiresAt}, Plan: pi}, nil
+	}
+	sql := claimAnySQL
+	if req.PlanID != "" {
+		sql = claimPlanSQL
+	}
 	var c *Claim
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		t, err := scanTask(tx.QueryRow(ctx, claimSQL, req.PlanID, nonNil(req.Labels), req.WorkerID, s.cfg.LeaseTTL.Seconds()))
+		t, err := scanTask(tx.QueryRow(ctx, sql, args...))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("claim task: %w", err)
-		}
-		payload := map[string]any{"worker_id": req.WorkerID, "attempt": t.Attempts, "lease_expires_at": t.LeaseExpiresAt}
-		if err := insertEvent(ctx, tx, t.PlanID, t.ID, EventClaim, payload, nil); err != nil {
-			return err
 		}
 		pi, err := scanPlan(tx.QueryRow(ctx, `SELECT `+planColumnsNoCounts+` FROM plans p WHERE p.id = $1`, t.PlanID))
 		if err != nil {
@@ -122,23 +163,32 @@ func updateTask(ctx context.Context, tx pgx.Tx, planID, taskID, set string, args
 
 // Start moves a CLAIMED task to IN_PROGRESS. Starting a task already started under the
 // same lease is answered with the task and no new event, so a retried request is safe.
+// The fenced update and its START event are one statement.
 func (s *Store) Start(ctx context.Context, l Lease) (TaskInfo, error) {
 	var out TaskInfo
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		t, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress)
-		if err != nil {
-			return err
-		}
-		if t.Status == plan.StatusInProgress {
-			out = t
+		t, err := scanTask(tx.QueryRow(ctx, `WITH u AS (
+			UPDATE tasks SET status = 'IN_PROGRESS', version = version + 1, updated_at = now()
+			WHERE plan_id = $1 AND id = $2 AND lease_id::text = $3 AND claimed_by = $4
+			  AND status = 'CLAIMED' AND lease_expires_at > now()
+			RETURNING tasks.*
+		), ev AS (
+			INSERT INTO events (plan_id, task_id, type, payload)
+			SELECT plan_id, id, 'START', jsonb_build_object('worker_id', $4::text, 'attempt', attempts) FROM u
+		)
+		SELECT `+taskColumns+` FROM u`, l.PlanID, l.TaskID, l.LeaseID, l.WorkerID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Not started now: already started under this lease (a retried request), or
+			// the lease is not the caller's; lockLeased says which.
+			if out, err = lockLeased(ctx, tx, l, plan.StatusInProgress); err != nil {
+				return err
+			}
 			return nil
 		}
-		if out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, `status = 'IN_PROGRESS'`); err != nil {
-			return err
+		if err != nil {
+			return fmt.Errorf("start task %s of plan %s: %w", l.TaskID, l.PlanID, err)
 		}
-		if err := insertEvent(ctx, tx, l.PlanID, l.TaskID, EventStart, map[string]any{"worker_id": l.WorkerID, "attempt": t.Attempts}, nil); err != nil {
-			return err
-		}
+		out = t
 		return s.changed(ctx, tx, l.PlanID)
 	})
 	return out, err
@@ -150,31 +200,79 @@ func (s *Store) Complete(ctx context.Context, l Lease, in CompleteInput) (TaskIn
 	if in.Cost < 0 {
 		return TaskInfo{}, fmt.Errorf("cost_usd must not be negative: %w", ErrInvalid)
 	}
+	payload := map[string]any{"worker_id": l.WorkerID, "cost_usd": in.Cost.String()}
+	if in.HeadSHA != "" {
+		payload["head_sha"] = in.HeadSHA
+	}
+	if in.NoChanges {
+		payload["no_changes"] = true
+	}
+	p, err := json.Marshal(payload)
+	if err != nil {
+		return TaskInfo{}, fmt.Errorf("encode COMPLETE payload: %w", err)
+	}
 	var out TaskInfo
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := lockPlan(ctx, tx, l.PlanID); err != nil {
-			return err
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		// Every completion of the plan waits for its row lock, held from the first
+		// statement to the commit: the straight-line part goes in one round trip.
+		b := &pgx.Batch{}
+		b.Queue(`SELECT status FROM plans WHERE id = $1 FOR NO KEY UPDATE`, l.PlanID)
+		b.Queue(`WITH u AS (
+			UPDATE tasks SET status = 'DONE', lease_id = NULL, lease_expires_at = NULL,
+				cost_usd = cost_usd + $5::numeric / 1000000, result = $6, last_error = NULL, not_before = NULL,
+				version = version + 1, updated_at = now()
+			WHERE plan_id = $1 AND id = $2 AND lease_id::text = $3 AND claimed_by = $4
+			  AND status IN ('CLAIMED', 'IN_PROGRESS') AND lease_expires_at > now()
+			RETURNING `+taskColumns+`
+		), ev AS (
+			INSERT INTO events (plan_id, task_id, type, payload)
+			SELECT plan_id, id, 'COMPLETE', $7::jsonb || jsonb_build_object('attempt', attempts) FROM u
+		)
+		SELECT * FROM u`, l.PlanID, l.TaskID, l.LeaseID, l.WorkerID, int64(in.Cost), in.Result, p)
+		b.Queue(`UPDATE plans SET spent_usd = spent_usd + $2::numeric / 1000000, updated_at = now()
+			WHERE id = $1 RETURNING (spent_usd * 1000000)::bigint, (budget_usd * 1000000)::bigint, status`, l.PlanID, int64(in.Cost))
+		b.Queue(`SELECT EXISTS (SELECT 1 FROM tasks WHERE plan_id = $1 AND status IN ('CLAIMED', 'IN_PROGRESS'))`, l.PlanID)
+		br := tx.SendBatch(ctx, b)
+		var st plan.PlanStatus
+		if err := br.QueryRow().Scan(&st); err != nil {
+			_ = br.Close()
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("plan %s: %w", l.PlanID, ErrNotFound)
+			}
+			return fmt.Errorf("lock plan %s: %w", l.PlanID, err)
 		}
-		t, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress)
+		t, err := scanTask(br.QueryRow())
+		if errors.Is(err, pgx.ErrNoRows) {
+			_ = br.Close()
+			// Say why: the same check as every other lease-fenced change.
+			_, lerr := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress)
+			if lerr == nil {
+				lerr = fmt.Errorf("task %s of plan %s: %w", l.TaskID, l.PlanID, ErrLeaseLost)
+			}
+			return lerr
+		}
 		if err != nil {
-			return err
+			_ = br.Close()
+			return fmt.Errorf("complete task %s of plan %s: %w", l.TaskID, l.PlanID, err)
 		}
-		out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, `status = 'DONE', lease_id = NULL, lease_expires_at = NULL,
-			cost_usd = cost_usd + $3::numeric / 1000000, result = $4, last_error = NULL, not_before = NULL`, int64(in.Cost), in.Result)
-		if err != nil {
-			return err
+		out = t
+		var (
+			after  int64
+			budget *int64
+			busy   bool
+		)
+		if err := br.QueryRow().Scan(&after, &budget, &st); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("charge plan %s: %w", l.PlanID, err)
 		}
-		payload := map[string]any{"worker_id": l.WorkerID, "attempt": t.Attempts, "cost_usd": in.Cost.String()}
-		if in.HeadSHA != "" {
-			payload["head_sha"] = in.HeadSHA
+		if err := br.QueryRow().Scan(&busy); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("look for running tasks of plan %s: %w", l.PlanID, err)
 		}
-		if in.NoChanges {
-			payload["no_changes"] = true
+		if err := br.Close(); err != nil {
+			return fmt.Errorf("complete task %s of plan %s: %w", l.TaskID, l.PlanID, err)
 		}
-		if err := insertEvent(ctx, tx, l.PlanID, l.TaskID, EventComplete, payload, nil); err != nil {
-			return err
-		}
-		return s.chargeAndSettle(ctx, tx, l.PlanID, l.TaskID, in.Cost)
+		return s.settleCharged(ctx, tx, l.PlanID, l.TaskID, in.Cost, after, budget, st, busy)
 	})
 	return out, err
 }
@@ -317,6 +415,12 @@ func (s *Store) chargeAndSettle(ctx context.Context, tx pgx.Tx, planID, taskID s
 	if err != nil {
 		return fmt.Errorf("charge plan %s: %w", planID, err)
 	}
+	return s.settleCharged(ctx, tx, planID, taskID, cost, after, budget, status, false)
+}
+
+// settleCharged follows a charge of cost that brought the plan's spend to after: the
+// budget crossing, the plan's status (unless busy says other tasks still run) and the hook.
+func (s *Store) settleCharged(ctx context.Context, tx pgx.Tx, planID, taskID string, cost plan.USD, after int64, budget *int64, status plan.PlanStatus, busy bool) error {
 	before := plan.USD(after) - cost
 	if budget != nil && status == plan.PlanActive && !plan.Exhausted(budgetPtr(budget), before) && plan.Exhausted(budgetPtr(budget), plan.USD(after)) {
 		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'PAUSED', pause_reason = 'budget' WHERE id = $1`, planID); err != nil {
@@ -328,8 +432,10 @@ func (s *Store) chargeAndSettle(ctx context.Context, tx pgx.Tx, planID, taskID s
 		}
 		status = plan.PlanPaused
 	}
-	if err := settlePlan(ctx, tx, planID, status); err != nil {
-		return err
+	if !busy {
+		if err := settlePlan(ctx, tx, planID, status); err != nil {
+			return err
+		}
 	}
 	return s.changed(ctx, tx, planID)
 }
@@ -346,6 +452,16 @@ func budgetPtr(b *int64) *plan.USD {
 // when nothing can progress and some task failed. The caller holds the plan row lock.
 func settlePlan(ctx context.Context, tx pgx.Tx, planID string, status plan.PlanStatus) error {
 	if status != plan.PlanActive && status != plan.PlanPaused {
+		return nil
+	}
+	// Most changes leave some other task of the plan running, and then nothing can be
+	// decided: one probe of tasks_leased says so, instead of a count over the whole plan.
+	var busy bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tasks
+		WHERE plan_id = $1 AND status IN ('CLAIMED', 'IN_PROGRESS'))`, planID).Scan(&busy); err != nil {
+		return fmt.Errorf("look for running tasks of plan %s: %w", planID, err)
+	}
+	if busy {
 		return nil
 	}
 	var open, running, failed int

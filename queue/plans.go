@@ -206,10 +206,10 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 		WITH ins AS (
 			INSERT INTO tasks (plan_id, id, ord, status, priority, description, dependencies, key_files,
 			                   acceptance_criteria, test_steps, prd_requirement, labels, max_attempts,
-			                   gate_verdict, gate_reasons)
+			                   gate_verdict, gate_reasons, plan_seq)
 			SELECT $1, r.id, r.ord, r.status, r.priority, r.description, r.dependencies, r.key_files,
 			       r.acceptance_criteria, r.test_steps, r.prd_requirement, r.labels, r.max_attempts,
-			       r.gate_verdict, r.gate_reasons
+			       r.gate_verdict, r.gate_reasons, (SELECT seq FROM plans WHERE id = $1)
 			FROM jsonb_to_recordset($2::jsonb) AS r(
 				id text, ord int, status text, priority text, description text, dependencies text[],
 				key_files text[], acceptance_criteria text[], test_steps text[], prd_requirement text,
