@@ -298,15 +298,24 @@ func lease(r *http.Request, leaseID string) (queue.Lease, error) {
 	return queue.Lease{PlanID: planID, TaskID: taskID, LeaseID: strings.ToLower(leaseID), WorkerID: p.worker.ID}, nil
 }
 
-func (s *Server) start(w http.ResponseWriter, r *http.Request) {
-	var req client.LeaseRequest
+// decodeLeased decodes a worker's request body and the lease it presents for the task of
+// the path; on failure the error is answered and ok is false.
+func decodeLeased[T any](s *Server, w http.ResponseWriter, r *http.Request, leaseID func(T) string) (req T, l queue.Lease, ok bool) {
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
 		s.writeError(w, r, err)
-		return
+		return req, l, false
 	}
-	l, err := lease(r, req.LeaseID)
+	l, err := lease(r, leaseID(req))
 	if err != nil {
 		s.writeError(w, r, err)
+		return req, l, false
+	}
+	return req, l, true
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request) {
+	_, l, ok := decodeLeased(s, w, r, func(req client.LeaseRequest) string { return req.LeaseID })
+	if !ok {
 		return
 	}
 	t, err := s.store.Start(r.Context(), l)
@@ -314,14 +323,8 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
-	var req client.CompleteRequest
-	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	l, err := lease(r, req.LeaseID)
-	if err != nil {
-		s.writeError(w, r, err)
+	req, l, ok := decodeLeased(s, w, r, func(req client.CompleteRequest) string { return req.LeaseID })
+	if !ok {
 		return
 	}
 	if req.HeadSHA != "" && !shaPattern.MatchString(req.HeadSHA) {
@@ -337,14 +340,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request) {
-	var req client.FailRequest
-	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	l, err := lease(r, req.LeaseID)
-	if err != nil {
-		s.writeError(w, r, err)
+	req, l, ok := decodeLeased(s, w, r, func(req client.FailRequest) string { return req.LeaseID })
+	if !ok {
 		return
 	}
 	if strings.TrimSpace(req.Reason) == "" || len(req.Reason) > maxReason {
@@ -366,14 +363,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	var req client.LeaseRequest
-	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	l, err := lease(r, req.LeaseID)
-	if err != nil {
-		s.writeError(w, r, err)
+	req, l, ok := decodeLeased(s, w, r, func(req client.LeaseRequest) string { return req.LeaseID })
+	if !ok {
 		return
 	}
 	if len(req.Reason) > maxReason {
@@ -393,14 +384,8 @@ func (s *Server) answerTask(w http.ResponseWriter, r *http.Request, t queue.Task
 }
 
 func (s *Server) taskEvent(w http.ResponseWriter, r *http.Request) {
-	var req client.TaskEventRequest
-	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	l, err := lease(r, req.LeaseID)
-	if err != nil {
-		s.writeError(w, r, err)
+	req, l, ok := decodeLeased(s, w, r, func(req client.TaskEventRequest) string { return req.LeaseID })
+	if !ok {
 		return
 	}
 	if string(req.Payload) == "null" {
