@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 )
 
@@ -36,3 +37,34 @@ func signalGroup(p *os.Process, sig syscall.Signal) error {
 }
 
 func isTextBusy(err error) bool { return errors.Is(err, syscall.ETXTBSY) }
+
+// startWatchdog starts a tiny process outside the agent's group that SIGKILLs the group
+// (pgid) if the worker dies: it blocks reading a pipe whose only write end the worker
+// holds (close-on-exec, so no other child inherits it), and the kernel closes that end
+// when the worker dies, however it dies. Pdeathsig alone reaches only the group leader.
+// stop ends the watchdog without letting it fire; call it once the group is gone, so a
+// reused group id is never signalled. Without a shell there is no watchdog.
+func startWatchdog(pgid int) (stop func()) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		return func() {}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return func() {}
+	}
+	cmd := exec.Command(sh, "-c", `read _ || kill -s KILL -- "-$1" 2>/dev/null`, "whilly-watchdog", strconv.Itoa(pgid))
+	cmd.Stdin = r
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	_ = r.Close() // the watchdog has its copy
+	if err != nil {
+		_ = w.Close()
+		return func() {}
+	}
+	return func() {
+		_ = cmd.Process.Kill() // first, so that closing w below cannot make it fire
+		_ = w.Close()
+		_ = cmd.Wait()
+	}
+}

@@ -105,6 +105,9 @@ func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 	}
 	// The child has its copies; ours must go, or the readers never see EOF.
 	closeAll(outW, errW, inR)
+	// If the worker dies now, the watchdog kills the whole group; once the group is
+	// gone (below) it is stopped.
+	stopWatchdog := startWatchdog(cmd.Process.Pid)
 
 	sink := &logSink{w: s.log}
 	stdout := &tailBuffer{limit: s.maxOut}
@@ -168,6 +171,7 @@ func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 	}
 	// The leader is gone; nothing else of this attempt may live on.
 	_ = killGroup(cmd.Process)
+	stopWatchdog()
 
 	drain := time.NewTimer(s.grace)
 	select {
