@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -53,7 +54,9 @@ func startWatchdog(pgid int) (stop func()) {
 	if err != nil {
 		return func() {}
 	}
-	cmd := exec.Command(sh, "-c", `read _ || kill -s KILL -- "-$1" 2>/dev/null`, "whilly-watchdog", strconv.Itoa(pgid))
+	// Not tied to any context: its whole point is to outlive the worker; stop ends it.
+	cmd := exec.CommandContext(context.Background(), sh, "-c", `read _ || kill -s KILL -- "-$1" 2>/dev/null`,
+		"whilly-watchdog", strconv.Itoa(pgid))
 	cmd.Stdin = r
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
