@@ -181,14 +181,14 @@ func (a *app) localDashboard(ctx context.Context) (*dashSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		closeDB()
 		return nil, envf("listen on a loopback port: %w", err)
 	}
 	cp, err := a.startControlPlane(ctx, st, ln)
 	if err != nil {
-		ln.Close()
+		_ = ln.Close() // nothing was served on it
 		closeDB()
 		return nil, err
 	}
@@ -249,8 +249,8 @@ func (a *app) newLocalToken(ctx context.Context, st *queue.Store) (*localToken, 
 		st:    st,
 		owner: fmt.Sprintf("whilly dashboard on %s (pid %d)", host, os.Getpid()),
 		next:  http.DefaultTransport.(*http.Transport).Clone(),
-		log: func(ctx context.Context, msg string, err error) {
-			a.log.WarnContext(ctx, msg, "error", err)
+		log: func(ctx context.Context, what string, err error) {
+			a.log.WarnContext(ctx, "dashboard token upkeep failed", "action", what, "error", err)
 		},
 	}
 	if err := t.mint(ctx); err != nil {

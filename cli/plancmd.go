@@ -51,7 +51,7 @@ func (a *app) readPlanFile(path string) (*plan.Plan, error) {
 		if err != nil {
 			return nil, envf("open plan file: %w", err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read only: nothing to lose on close
 		r = f
 	}
 	data, err := io.ReadAll(io.LimitReader(r, maxPlanFile+1))

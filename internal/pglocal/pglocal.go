@@ -482,7 +482,7 @@ func prepareSocketDir(dir string, o owner) error {
 	if err := o.chown(dir); err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, 0o700); err != nil { //nolint:gosec // G302 wants a file's 0600; a directory needs its search bit and 0700 is owner-only
+	if err := os.Chmod(dir, 0o700); err != nil {
 		return fmt.Errorf("protect socket directory: %w", err)
 	}
 	return nil

@@ -187,7 +187,7 @@ func clusterParent(name string) string {
 		return shm
 	}
 	var st syscall.Statfs_t
-	if err := syscall.Statfs(shm, &st); err == nil && uint64(st.Bavail)*uint64(st.Bsize) >= 2<<30 { //nolint:gosec,unconvert // sizes are non-negative; types vary by OS
+	if err := syscall.Statfs(shm, &st); err == nil && uint64(st.Bavail)*uint64(st.Bsize) >= 2<<30 { //nolint:unconvert // the field types vary by OS
 		const wOK, xOK = 2, 1 // access(2) modes, the same on every Unix
 		if syscall.Access(shm, wOK|xOK) == nil {
 			return shm
