@@ -341,6 +341,7 @@ func TestIssueBlockPlanLosesItsVerifyCommands(t *testing.T) {
 	if len(pi.Verify) != 0 || pi.ID != "gh/Codertocat/Hello-World/1" || pi.Repo != repoName {
 		t.Errorf("plan %s repo %s verify %v: the issue must not choose id, repo or verify commands", pi.ID, pi.Repo, pi.Verify)
 	}
+	e.idle() // the comment is rendered again once the intake's notes are recorded
 	body := e.statusComments()[0].Body
 	if !strings.Contains(body, "verify command(s) were ignored") || !strings.Contains(body, "`whilly` plan block") {
 		t.Errorf("status comment does not say the verify commands were dropped:\n%s", body)

@@ -345,12 +345,24 @@ func (s *Store) FinishIntake(ctx context.Context, ref string, seq int, state, so
 	if state != IntakePlanned && state != IntakeNeedsInfo {
 		return fmt.Errorf("intake state %q: %w", state, ErrInvalid)
 	}
-	_, err := s.pool.Exec(ctx, `UPDATE github_intakes SET state = $3, source = NULLIF($4, ''), notes = $5, updated_at = now()
-		WHERE issue_ref = $1 AND seq = $2`, ref, seq, state, source, nonNil(notes))
-	if err != nil {
-		return fmt.Errorf("finish intake of %s: %w", ref, err)
-	}
-	return nil
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		var planID string
+		err := tx.QueryRow(ctx, `UPDATE github_intakes SET state = $3, source = NULLIF($4, ''), notes = $5, updated_at = now()
+			WHERE issue_ref = $1 AND seq = $2 RETURNING plan_id`, ref, seq, state, source, nonNil(notes)).Scan(&planID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("finish intake of %s: %w", ref, err)
+		}
+		if state != IntakePlanned {
+			return nil
+		}
+		// The plan committed before this: a mirror job may already have rendered the
+		// status comment without the source and notes recorded here. Mark the plan changed
+		// so the comment is rendered again with them.
+		return s.changed(ctx, tx, planID)
+	})
 }
 
 // AbandonIntake forgets an intake that turned out to have nothing to do (a stale
