@@ -13,45 +13,59 @@ import (
 	"github.com/whilly-go/whilly/plan"
 )
 
-// The claim picks the first claimable task (SPEC §5), leases it and writes its CLAIM
-// event, in one statement. It walks an index in claim order — priority, plan age, file
-// order (tasks_claim_any; tasks_claim_plan with the plan fixed) — and stops at the first
-// task that passes the checks, so its cost does not grow with the backlog. SKIP LOCKED
-// lets concurrent claimers pass over each other's candidates instead of queueing behind
-// them; the dependency check runs in the same snapshot.
+// A claim picks the first claimable tasks (SPEC §5), leases them and writes their CLAIM
+// events, in one statement: one task for each worker of $3 not revoked (a revoked
+// worker whose token a control plane still trusts from its cache gets nothing), in the
+// order of that array (n is the position of the worker it went to). It walks an index in claim order —
+// priority, plan age, file order (tasks_claim_any; tasks_claim_plan with the plan fixed) —
+// and stops once it has enough tasks that pass the checks, so its cost does not grow
+// with the backlog. SKIP LOCKED lets concurrent claimers pass over each other's
+// candidates instead of queueing behind them; the dependency check runs in the same
+// snapshot. Each row holds the task, n and the task's plan.
 const (
+	// depsFinished holds for a task t whose every dependency is DONE or SKIPPED.
+	depsFinished = `NOT EXISTS (
+		SELECT 1 FROM unnest(t.dependencies) AS d(dep)
+		LEFT JOIN tasks x ON x.plan_id = t.plan_id AND x.id = d.dep
+		WHERE x.status IS NULL OR x.status NOT IN ('DONE', 'SKIPPED'))`
+
 	claimCand = `
-WITH cand AS (
+WITH w AS (
+	SELECT w.n, row_number() OVER (ORDER BY w.n) AS k
+	FROM unnest($3::text[]) WITH ORDINALITY AS w(id, n)
+	-- LIMIT makes this a look-up by primary key, whatever the number of workers.
+	JOIN LATERAL (SELECT 1 FROM workers k WHERE k.id = w.id AND k.status <> 'revoked' LIMIT 1) live ON true
+), cand AS (
 	SELECT t.plan_id AS cplan, t.id AS cid
 	FROM tasks t
 	WHERE t.status = 'PENDING' AND %s
 	  AND (t.not_before IS NULL OR t.not_before <= now())
-	  AND t.labels <@ $2::text[]
+	  AND (t.labels = '{}' OR t.labels <@ $2::text[])
 	  AND EXISTS (
 		SELECT 1 FROM plans p WHERE p.id = t.plan_id AND p.status = 'ACTIVE'
 		  AND (p.budget_usd IS NULL OR p.spent_usd < p.budget_usd)
 		  AND (NOT p.strict OR t.gate_verdict <> 'REJECT'))
-	  AND NOT EXISTS (
-		SELECT 1 FROM unnest(t.dependencies) AS d(dep)
-		LEFT JOIN tasks x ON x.plan_id = t.plan_id AND x.id = d.dep
-		WHERE x.status IS NULL OR x.status NOT IN ('DONE', 'SKIPPED'))
+	  AND ` + depsFinished + `
 	ORDER BY %s
-	LIMIT 1
+	LIMIT (SELECT count(*) FROM w)
 	FOR UPDATE OF t SKIP LOCKED
+), pick AS (
+	SELECT cplan, cid, w.n FROM (SELECT cplan, cid, row_number() OVER () AS k FROM cand) c JOIN w USING (k)
 ), claimed AS (
 	UPDATE tasks SET status = 'CLAIMED', attempts = attempts + 1, lease_id = gen_random_uuid(),
-		lease_expires_at = now() + make_interval(secs => $4), claimed_by = $3, version = version + 1,
-		updated_at = now()
-	FROM cand
-	WHERE plan_id = cand.cplan AND id = cand.cid
-	RETURNING tasks.*
+		lease_expires_at = now() + make_interval(secs => $4), claimed_by = ($3::text[])[pick.n],
+		version = version + 1, updated_at = now()
+	FROM pick
+	WHERE plan_id = pick.cplan AND id = pick.cid
+	RETURNING tasks.*, pick.n
 ), ev AS (
 	INSERT INTO events (plan_id, task_id, type, payload)
-	SELECT plan_id, id, 'CLAIM', jsonb_build_object('worker_id', $3::text, 'attempt', attempts,
+	SELECT plan_id, id, 'CLAIM', jsonb_build_object('worker_id', claimed_by, 'attempt', attempts,
 		'lease_expires_at', lease_expires_at)
 	FROM claimed
 )
-SELECT ` + taskColumns + ` FROM claimed`
+SELECT c.*, ` + planColumnsNoCounts + `
+FROM (SELECT ` + taskColumns + `, n FROM claimed) c JOIN plans p ON p.id = c.plan_id`
 )
 
 var (
@@ -60,57 +74,76 @@ var (
 )
 
 // Claim leases the next claimable task to the worker, writing CLAIM in the same
-// transaction. It returns nil, nil when nothing is claimable. Without hooks, a claim of
-// one plan is one round trip: the claim and the plan's read are pipelined in one implicit
-// transaction.
+// transaction. It returns nil, nil when nothing is claimable. Without hooks, concurrent
+// claims of one plan by workers with the same labels are answered together, in one
+// statement and its implicit transaction (see group); with hooks, a claim is a
+// transaction of its own that runs them.
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
-	args := []any{req.PlanID, nonNil(req.Labels), req.WorkerID, s.cfg.LeaseTTL.Seconds()}
-	if req.PlanID != "" && s.cfg.Hooks.PlanChanged == nil {
-		b := &pgx.Batch{}
-		b.Queue(claimPlanSQL, args...)
-		b.Queue(`SELECT `+planColumnsNoCounts+` FROM plans p WHERE p.id = $1`, req.PlanID)
-		br := s.pool.SendBatch(ctx, b)
-		defer func() { _ = br.Close() }()
-		t, err := scanTask(br.QueryRow())
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("claim task of plan %s: %w", req.PlanID, err)
-		}
-		pi, err := scanPlan(br.QueryRow())
-		if err != nil {
-			return nil, fmt.Errorf("read plan %s of claimed task: %w", req.PlanID, err)
-		}
-		if err := br.Close(); err != nil {
-			return nil, fmt.Errorf("claim task of plan %s: %w", req.PlanID, err)
-		}
-		return &Claim{Task: t, Lease: LeaseInfo{ID: t.LeaseID, ExpiresAt: *t.LeaseExpiresAt}, Plan: pi}, nil
-	}
-	sql := claimAnySQL
-	if req.PlanID != "" {
-		sql = claimPlanSQL
+	if s.cfg.Hooks.PlanChanged == nil {
+		return s.claims.do(ctx, keyOf(req), req)
 	}
 	var c *Claim
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		t, err := scanTask(tx.QueryRow(ctx, sql, args...))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+		cs, err := claimTasks(ctx, tx, s.cfg.LeaseTTL, req.PlanID, req.Labels, []string{req.WorkerID})
+		if err != nil || cs[0] == nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("claim task: %w", err)
-		}
-		pi, err := scanPlan(tx.QueryRow(ctx, `SELECT `+planColumnsNoCounts+` FROM plans p WHERE p.id = $1`, t.PlanID))
-		if err != nil {
-			return fmt.Errorf("read plan %s of claimed task: %w", t.PlanID, err)
-		}
-		c = &Claim{Task: t, Lease: LeaseInfo{ID: t.LeaseID, ExpiresAt: *t.LeaseExpiresAt}, Plan: pi}
-		return s.changed(ctx, tx, t.PlanID)
+		c = cs[0]
+		return s.changed(ctx, tx, c.Task.PlanID)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// claimTasks claims a task for each worker (nil where none was left), in one statement.
+func claimTasks(ctx context.Context, q querier, ttl time.Duration, planID string, labels, workers []string) ([]*Claim, error) {
+	b := hotBatch()
+	b.Queue(claimSQL(planID), claimArgs(ttl, planID, labels, workers)...)
+	br := q.SendBatch(ctx, b)
+	rows, err := hotQuery(br)
+	cs, err := scanClaims(rows, err, len(workers))
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("claim tasks: %w", cerr)
+	}
+	return cs, err
+}
+
+func claimSQL(planID string) string {
+	if planID != "" {
+		return claimPlanSQL
+	}
+	return claimAnySQL
+}
+
+func claimArgs(ttl time.Duration, planID string, labels, workers []string) []any {
+	return []any{planID, nonNil(labels), workers, ttl.Seconds()}
+}
+
+// scanClaims reads the answer of a claim statement (rows, or the error of sending it)
+// for n workers and closes the rows.
+func scanClaims(rows pgx.Rows, err error, n int) ([]*Claim, error) {
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	defer rows.Close()
+	out := make([]*Claim, n)
+	for rows.Next() {
+		var (
+			i  int
+			ps planScan
+		)
+		t, err := scanTaskExtra(rows, append([]any{&i}, ps.dest()...)...)
+		if err != nil {
+			return nil, fmt.Errorf("claim tasks: %w", err)
+		}
+		out[i-1] = &Claim{Task: t, Lease: LeaseInfo{ID: t.LeaseID, ExpiresAt: *t.LeaseExpiresAt}, Plan: ps.info()}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	return out, nil
 }
 
 // NextReadyAt returns when the earliest task held back by a retry backoff becomes
@@ -197,8 +230,23 @@ func (s *Store) Start(ctx context.Context, l Lease) (TaskInfo, error) {
 // Complete marks the task DONE, charges the attempt's cost to the plan and settles the
 // plan's status, all in one transaction.
 func (s *Store) Complete(ctx context.Context, l Lease, in CompleteInput) (TaskInfo, error) {
+	p, err := completePayload(l, in)
+	if err != nil {
+		return TaskInfo{}, err
+	}
+	if s.fast(in) {
+		t, err := s.completions.do(ctx, l.PlanID, completion{lease: l, result: in.Result, payload: p})
+		if !errors.Is(err, errCareful) {
+			return t, err
+		}
+	}
+	return s.completeCareful(ctx, l, in, p)
+}
+
+// completePayload checks a completion and returns its COMPLETE event's payload.
+func completePayload(l Lease, in CompleteInput) ([]byte, error) {
 	if in.Cost < 0 {
-		return TaskInfo{}, fmt.Errorf("cost_usd must not be negative: %w", ErrInvalid)
+		return nil, fmt.Errorf("cost_usd must not be negative: %w", ErrInvalid)
 	}
 	payload := map[string]any{"worker_id": l.WorkerID, "cost_usd": in.Cost.String()}
 	if in.HeadSHA != "" {
@@ -209,10 +257,16 @@ func (s *Store) Complete(ctx context.Context, l Lease, in CompleteInput) (TaskIn
 	}
 	p, err := json.Marshal(payload)
 	if err != nil {
-		return TaskInfo{}, fmt.Errorf("encode COMPLETE payload: %w", err)
+		return nil, fmt.Errorf("encode COMPLETE payload: %w", err)
 	}
+	return p, nil
+}
+
+// completeCareful completes a task under its plan's row lock: it charges the cost,
+// crosses the budget and settles the plan. payload is the COMPLETE event's.
+func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, p []byte) (TaskInfo, error) {
 	var out TaskInfo
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// Every completion of the plan waits for its row lock, held from the first
 		// statement to the commit: the straight-line part goes in one round trip.
 		b := &pgx.Batch{}

@@ -402,6 +402,10 @@ func TestRevokeWorkerReleasesItsTasks(t *testing.T) {
 	if _, err := st.Complete(ctx, leaseOf(c, w.ID), queue.CompleteInput{}); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Fatalf("complete after revoke: %v, want lease lost", err)
 	}
+	// A control plane that still trusts the token from its cache gets nothing for it.
+	if c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: "rv"}); err != nil || c != nil {
+		t.Fatalf("claim by the revoked worker = %v, %v; want nothing", c, err)
+	}
 	other := register(t, st)
 	if again := mustClaim(t, st, other, "rv"); again.Task.Attempts != 1 {
 		t.Fatalf("attempt after a revoke = %d, want 1 (a release does not count)", again.Task.Attempts)

@@ -112,8 +112,18 @@ func (s *Store) Import(ctx context.Context, p *plan.Plan, opts ImportOptions) (I
 	if err != nil {
 		return ImportResult{}, err
 	}
+	if res.TasksCreated >= analyzeAfter {
+		// The planner's statistics do not know the new tasks yet (autovacuum gets to them
+		// within a minute): without them it may walk every task of the plan to find one.
+		if _, err := s.pool.Exec(ctx, `ANALYZE tasks`); err != nil {
+			s.log.WarnContext(ctx, "analyze tasks after a large import", "plan_id", p.ID, "error", err)
+		}
+	}
 	return res, nil
 }
+
+// analyzeAfter is the number of tasks an import must create to refresh the statistics.
+const analyzeAfter = 1000
 
 func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) (ImportResult, error) {
 	res := ImportResult{PlanID: p.ID, TasksTotal: len(p.Tasks)}
@@ -382,31 +392,44 @@ const (
 )
 
 func scanPlan(row pgx.Row) (PlanInfo, error) {
-	var (
-		pi     PlanInfo
-		budget *int64
-		spent  int64
-		verify []verifyRow
-		counts map[plan.Status]int
-	)
-	err := row.Scan(&pi.ID, &pi.Name, &pi.Status, &pi.PauseReason, &budget, &spent, &pi.Strict, &pi.Repo,
-		&pi.GitHubIssueRef, &pi.InstallationID, &pi.CommentID, &verify, &pi.CreatedAt, &pi.UpdatedAt, &counts)
-	if err != nil {
-		return pi, err
+	var ps planScan
+	if err := row.Scan(ps.dest()...); err != nil {
+		return PlanInfo{}, err
 	}
-	if budget != nil {
-		b := plan.USD(*budget)
+	return ps.info(), nil
+}
+
+// planScan receives the plan columns of a row that may hold more (dest), then builds the
+// plan (info).
+type planScan struct {
+	pi     PlanInfo
+	budget *int64
+	spent  int64
+	verify []verifyRow
+	counts map[plan.Status]int
+}
+
+func (ps *planScan) dest() []any {
+	pi := &ps.pi
+	return []any{&pi.ID, &pi.Name, &pi.Status, &pi.PauseReason, &ps.budget, &ps.spent, &pi.Strict, &pi.Repo,
+		&pi.GitHubIssueRef, &pi.InstallationID, &pi.CommentID, &ps.verify, &pi.CreatedAt, &pi.UpdatedAt, &ps.counts}
+}
+
+func (ps *planScan) info() PlanInfo {
+	pi := ps.pi
+	if ps.budget != nil {
+		b := plan.USD(*ps.budget)
 		pi.Budget = &b
 	}
-	pi.Spent = plan.USD(spent)
-	for _, v := range verify {
+	pi.Spent = plan.USD(ps.spent)
+	for _, v := range ps.verify {
 		pi.Verify = append(pi.Verify, plan.Verify(v))
 	}
-	pi.Counts = counts
-	for _, n := range counts {
+	pi.Counts = ps.counts
+	for _, n := range ps.counts {
 		pi.Total += n
 	}
-	return pi, nil
+	return pi
 }
 
 // GetPlan returns one plan with its task counts.

@@ -90,6 +90,11 @@ type Store struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	cfg  Config
+
+	// claims and completions batch the hot paths of stores without hooks.
+	claims      *group[claimKey, ClaimRequest, *Claim]
+	completions *group[string, completion, TaskInfo]
+	handoffs    *group[handoffKey, handoff, handedOff]
 }
 
 // NewStore returns a Store over pool.
@@ -97,7 +102,16 @@ func NewStore(pool *pgxpool.Pool, log *slog.Logger, cfg Config) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, log: log, cfg: cfg.withDefaults()}
+	s := &Store{pool: pool, log: log, cfg: cfg.withDefaults()}
+	s.claims = &group[claimKey, ClaimRequest, *Claim]{max: maxBatch, run: s.claimBatch}
+	s.completions = &group[string, completion, TaskInfo]{max: maxBatch, run: s.completeBatch}
+	s.handoffs = &group[handoffKey, handoff, handedOff]{max: maxBatch, run: s.handoffBatch}
+	return s
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // WithHooks returns a store on the same pool whose transactions run hooks.

@@ -1,0 +1,177 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// TestBatchedCompletionsSettleThePlanOnce races workers that complete at no cost — the
+// batched path, which does not lock the plan — to the end of many small plans, independent
+// tasks and chains, half of them taking their next task with the completion: every task
+// is done once, and every plan ends DONE with exactly one plan.done.
+func TestBatchedCompletionsSettleThePlanOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	const plans, tasks, workers = 12, 9, 6
+	var ws []queue.Worker
+	for range workers {
+		ws = append(ws, register(t, st))
+	}
+	for round := range plans {
+		id := fmt.Sprintf("race-%02d", round)
+		p := &plan.Plan{ID: id, Name: id}
+		for i := range tasks {
+			var deps []string
+			if round%3 == 2 && i > 0 { // every third plan is a chain
+				deps = []string{fmt.Sprintf("T%d", i-1)}
+			}
+			p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%d", i), deps...))
+		}
+		importTasks(t, st, p)
+
+		var (
+			mu   sync.Mutex
+			seen = map[string]int{}
+			wg   sync.WaitGroup
+		)
+		for i, w := range ws {
+			wg.Go(func() {
+				var next *queue.Claim
+				for range 4 * tasks { // enough for any share of the plan; a chain waits in between
+					c := next
+					next = nil
+					if c == nil {
+						var err error
+						if c, err = st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: id}); err != nil {
+							t.Errorf("claim: %v", err)
+							return
+						}
+					}
+					if c == nil {
+						if pi, err := st.GetPlan(ctx, id); err != nil || pi.Status != plan.PlanActive {
+							return
+						}
+						continue
+					}
+					mu.Lock()
+					seen[c.Task.ID]++
+					mu.Unlock()
+					var err error
+					if i%2 == 0 {
+						_, next, err = st.CompleteAndClaim(ctx, leaseOf(c, w.ID), queue.CompleteInput{},
+							queue.ClaimRequest{WorkerID: w.ID, PlanID: id})
+					} else {
+						_, err = st.Complete(ctx, leaseOf(c, w.ID), queue.CompleteInput{})
+					}
+					if err != nil {
+						t.Errorf("complete %s: %v", c.Task.ID, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for i := range tasks {
+			if n := seen[fmt.Sprintf("T%d", i)]; n != 1 {
+				t.Errorf("%s: T%d ran %d times, want once", id, i, n)
+			}
+		}
+		pi, err := st.GetPlan(ctx, id)
+		if err != nil || pi.Status != plan.PlanDone {
+			t.Fatalf("%s ended %s, %v; want DONE", id, pi.Status, err)
+		}
+		if n := countEvents(t, pool, id, queue.EventPlanDone); n != 1 {
+			t.Errorf("%s: %d plan.done events, want 1", id, n)
+		}
+	}
+}
+
+// TestBatchedCompletionRacingAFinalFailure: while one task fails for good, the others
+// complete at no cost at the same moment. Whichever transaction commits last decides:
+// the plan ends FAILED, once.
+func TestBatchedCompletionRacingAFinalFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	ws := []queue.Worker{register(t, st), register(t, st), register(t, st)}
+	for round := range 10 {
+		id := fmt.Sprintf("fail-%02d", round)
+		p := &plan.Plan{ID: id, Name: id}
+		for _, tid := range []string{"A", "B", "C"} {
+			task := goodTask(tid)
+			task.MaxAttempts = 1
+			p.Tasks = append(p.Tasks, task)
+		}
+		importTasks(t, st, p)
+		claims := make([]*queue.Claim, len(ws))
+		for i, w := range ws {
+			claims[i] = mustClaim(t, st, w, id)
+		}
+		var wg sync.WaitGroup
+		for i, w := range ws {
+			wg.Go(func() {
+				var err error
+				if i == 0 {
+					_, err = st.Fail(ctx, leaseOf(claims[i], w.ID), queue.FailInput{Reason: "exit_code: 1"})
+				} else {
+					_, err = st.Complete(ctx, leaseOf(claims[i], w.ID), queue.CompleteInput{})
+				}
+				if err != nil {
+					t.Errorf("%s: %v", claims[i].Task.ID, err)
+				}
+			})
+		}
+		wg.Wait()
+		pi, err := st.GetPlan(ctx, id)
+		if err != nil || pi.Status != plan.PlanFailed {
+			t.Fatalf("%s ended %s, %v; want FAILED", id, pi.Status, err)
+		}
+		if n := countEvents(t, pool, id, queue.EventPlanFailed); n != 1 {
+			t.Errorf("%s: %d plan.failed events, want 1", id, n)
+		}
+	}
+}
+
+// TestCompleteAndClaimWithAStaleLease: the completion is refused (409) and the worker is
+// left holding nothing, though the claim of its next task was made with it.
+func TestCompleteAndClaimWithAStaleLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	importTasks(t, st, &plan.Plan{ID: "stale", Name: "stale", Tasks: []plan.Task{goodTask("A"), goodTask("B"), goodTask("C")}})
+	w := register(t, st)
+	c := mustClaim(t, st, w, "stale")
+	l := leaseOf(c, w.ID)
+	l.LeaseID = "00000000-0000-4000-8000-000000000000"
+	_, next, err := st.CompleteAndClaim(ctx, l, queue.CompleteInput{}, queue.ClaimRequest{WorkerID: w.ID, PlanID: "stale"})
+	if !errors.Is(err, queue.ErrLeaseLost) || next != nil {
+		t.Fatalf("complete with a stale lease = %v, %v; want ErrLeaseLost and no claim", next, err)
+	}
+	var held []string
+	rows, err := pool.Query(ctx, `SELECT id FROM tasks WHERE plan_id = 'stale' AND claimed_by = $1 AND status = 'CLAIMED' ORDER BY id`, w.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, id)
+	}
+	if len(held) != 1 || held[0] != c.Task.ID {
+		t.Errorf("the worker holds %v, want only %s (its first claim)", held, c.Task.ID)
+	}
+	// With the right lease, the next task comes back with the completion.
+	done, next, err := st.CompleteAndClaim(ctx, leaseOf(c, w.ID), queue.CompleteInput{}, queue.ClaimRequest{WorkerID: w.ID, PlanID: "stale"})
+	if err != nil || done.Status != plan.StatusDone || next == nil || next.Task.ID == c.Task.ID {
+		t.Fatalf("complete and claim = %+v, %v, %v; want DONE and another task", done.Status, next, err)
+	}
+}
