@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/whilly-go/whilly/queue"
 )
@@ -83,12 +85,76 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	return principal{}, errorf(http.StatusUnauthorized, codeUnauthorized, "The token is unknown, revoked or expired.")
 }
 
+// workerCache remembers the worker tokens the worker protocol's routes have seen, so that
+// claims and transitions do not look the token up every time. Revocation stays immediate
+// where it matters: the claim statement hands nothing to a revoked worker, heartbeats
+// check the worker, and every other route of the protocol needs a lease, which revoking
+// a worker takes away. An entry is trusted for workerCacheTTL at most, only while the
+// listener is up and has seen no revocation since the entry was made.
+type workerCache struct {
+	mu      sync.Mutex
+	entries map[[sha256.Size]byte]workerEntry
+}
+
+type workerEntry struct {
+	worker queue.Worker
+	at     time.Time
+	epoch  uint64 // the listener's Revocations() when the token was checked
+}
+
+const (
+	workerCacheTTL = 5 * time.Second
+	workerCacheMax = 10_000
+)
+
+// get returns the worker of token, when the cache may still vouch for it.
+func (c *workerCache) get(key [sha256.Size]byte, epoch uint64) (queue.Worker, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok || e.epoch != epoch || time.Since(e.at) > workerCacheTTL {
+		return queue.Worker{}, false
+	}
+	return e.worker, true
+}
+
+func (c *workerCache) put(key [sha256.Size]byte, w queue.Worker, epoch uint64, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) >= workerCacheMax {
+		c.entries = map[[sha256.Size]byte]workerEntry{}
+	}
+	c.entries[key] = workerEntry{worker: w, at: at, epoch: epoch}
+}
+
+// authenticateWorker resolves a worker token for the worker protocol's routes, through
+// the cache while the listener can tell it of revocations.
+func (s *Server) authenticateWorker(r *http.Request) (principal, error) {
+	tok, ok := bearer(r)
+	if !ok || !s.listener.Ready() {
+		return s.authenticate(r)
+	}
+	key, epoch, at := sha256.Sum256([]byte(tok)), s.listener.Revocations(), time.Now()
+	if w, ok := s.workers.get(key, epoch); ok {
+		return principal{worker: &w}, nil
+	}
+	p, err := s.authenticate(r)
+	if err == nil && p.worker != nil {
+		s.workers.put(key, *p.worker, epoch, at)
+	}
+	return p, err
+}
+
 // auth authenticates the request before anything else is read and checks its role:
 // 401 without a valid token, 403 with a valid token of the wrong kind.
 func (s *Server) auth(need role) func(http.Handler) http.Handler {
+	authenticate := s.authenticate
+	if need == roleWorker {
+		authenticate = s.authenticateWorker
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p, err := s.authenticate(r)
+			p, err := authenticate(r)
 			if err != nil {
 				s.writeError(w, r, err)
 				return

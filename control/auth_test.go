@@ -113,3 +113,47 @@ func TestMetricsToken(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerTokenCache: the worker protocol's routes look a worker's token up once, not
+// on every request; revoking the worker is heard through the listener, and the token is
+// refused (401) from then on, on this replica as on any other.
+func TestWorkerTokenCache(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	e.importPlan(planDoc("cache", "T1", "T2", "T3"))
+	tok, id := e.register()
+	w := e.client(tok)
+	lookups := func() int {
+		n := 0
+		for _, q := range e.queries.snapshot() {
+			if strings.Contains(q.sql, "FROM workers") && strings.Contains(q.sql, "token_hash") {
+				n++
+			}
+		}
+		return n
+	}
+	c, err := w.Claim(ctx, client.ClaimRequest{PlanID: "cache"})
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v, %v", c, err)
+	}
+	before := lookups()
+	for range 3 {
+		if _, err := w.Start(ctx, "cache", c.Task.ID, client.LeaseRequest{LeaseID: c.Lease.ID}); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	if n := lookups() - before; n != 0 {
+		t.Errorf("%d token look-ups for 3 requests of a known worker, want 0", n)
+	}
+	if _, err := e.store.RevokeWorker(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the revoked token refused", func() bool {
+		c, err := w.Claim(ctx, client.ClaimRequest{PlanID: "cache"})
+		if c != nil {
+			t.Fatalf("a revoked worker was given %s", c.Task.ID)
+		}
+		return client.StatusOf(err) == 401
+	})
+}

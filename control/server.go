@@ -74,6 +74,7 @@ type Server struct {
 	cfg      Config
 	router   chi.Router
 	metrics  *metrics
+	workers  workerCache
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain

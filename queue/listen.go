@@ -23,6 +23,10 @@ const EventsChannel = "whilly_events"
 // may have been missed while it was down, so subscribers must re-check the database.
 const NotificationResync = "listener.resync"
 
+// NotificationWorkerRevoked is the Type of the notification RevokeWorker sends (it writes
+// no event): caches of worker tokens must forget them.
+const NotificationWorkerRevoked = "worker.revoked"
+
 // Notification is the payload of one whilly_events NOTIFY. The trigger sends one per
 // statement and (plan, type): Count events, the highest id being ID (and the lowest MinID
 // when the trigger reports it); TaskID is set when the group holds one event. It carries
@@ -75,6 +79,8 @@ type Listener struct {
 	running atomic.Bool
 
 	received, dropped, reconnects atomic.Uint64
+	// revocations changes whenever a worker may have been revoked unseen by this process.
+	revocations atomic.Uint64
 
 	mu   sync.RWMutex
 	subs map[*subscriber]struct{}
@@ -160,6 +166,7 @@ func (l *Listener) listen(ctx context.Context, first bool) (bool, error) {
 	}
 	// Whatever happened before this point (a previous connection's outage, or events
 	// appended before a subscriber's first wait began) is re-checked by subscribers.
+	l.revocations.Add(1)
 	l.broadcast(Notification{Type: NotificationResync})
 
 	for {
@@ -191,8 +198,12 @@ func (l *Listener) dispatch(ctx context.Context, payload string) {
 	var n Notification
 	if err := json.Unmarshal([]byte(payload), &n); err != nil {
 		l.log.WarnContext(ctx, "undecodable notification", "error", err, "bytes", len(payload))
+		l.revocations.Add(1)
 		l.broadcast(Notification{Type: NotificationResync})
 		return
+	}
+	if n.Type == NotificationWorkerRevoked {
+		l.revocations.Add(1)
 	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -243,6 +254,12 @@ func (l *Listener) Subscribe(filter func(Notification) bool) (<-chan Notificatio
 
 // Ready reports whether the LISTEN connection is up (for /readyz).
 func (l *Listener) Ready() bool { return l.ready.Load() }
+
+// Revocations returns a number that changes whenever a worker may have been revoked
+// without this process knowing more: on every NotificationWorkerRevoked, and every time
+// the LISTEN connection comes up (notices may have been missed while it was down). What
+// was learned of a worker's token while it had another value must be checked again.
+func (l *Listener) Revocations() uint64 { return l.revocations.Load() }
 
 // Subscribers returns the number of current subscribers.
 func (l *Listener) Subscribers() int {

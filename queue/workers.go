@@ -130,6 +130,11 @@ func (s *Store) RevokeWorker(ctx context.Context, id string) (int, error) {
 			}
 			return nil
 		}
+		// Every control plane's cache of worker tokens forgets this one (Listener.Revocations).
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, json_build_object('type', $2::text, 'worker_id', $3::text)::text)`,
+			EventsChannel, NotificationWorkerRevoked, id); err != nil {
+			return fmt.Errorf("announce the revocation of worker %s: %w", id, err)
+		}
 		rows, err := tx.Query(ctx, `
 			WITH r AS (
 				UPDATE tasks SET status = 'PENDING', lease_id = NULL, lease_expires_at = NULL, claimed_by = NULL,
