@@ -456,8 +456,10 @@ func (a *app) benchClaims() *cobra.Command {
             (UPDATE … SET status = 'DONE'); raw_per_s counts tasks claimed and completed.
             The claim statement alone is measured too, on a table of its own.
   http      N workers (control/client, a connection each) claim and complete M zero-work
-            tasks of a scratch plan through the API: claims_per_s. ratio = claims_per_s /
-            raw_per_s, the same unit of work (a task handed out, then finished).
+            tasks of a scratch plan through the API: claims_per_s. Like whilly-worker,
+            each COMPLETE asks for the worker's next task (claim_next), so a task costs
+            one request once a worker is under way. ratio = claims_per_s / raw_per_s,
+            the same unit of work (a task handed out, then finished).
   latency   a scratch plan whose tasks form a chain (each depends on the one before) while
             the N workers wait in long-poll: a task becomes claimable when the COMPLETE of
             its predecessor commits. ready→claimed runs from the moment the completing
@@ -469,8 +471,9 @@ func (a *app) benchClaims() *cobra.Command {
             while serving an HTTP request is counted over the window. River and the LISTEN
             connection are not the workers' cost: their queries are shown apart.
 
-The pool has the size 'whilly serve' uses (16) unless --pool is given; the raw loop
-shares it. On Linux the CPU time per task of this process and of its Postgres backends is
+Like pgbench, it first vacuums and analyzes the tasks table, so that what earlier runs
+left behind does not weigh on this one. The pool has the size 'whilly serve' uses (16)
+unless --pool is given; the raw loop shares it. On Linux the CPU time per task of this process and of its Postgres backends is
 shown for the raw and http phases; --queries breaks the http phase's database time down by
 statement, --cpuprofile writes a CPU profile of it (go tool pprof FILE). Other load on the
 machine moves every figure: compare figures of one run.`,
@@ -512,6 +515,9 @@ func (a *app) runBenchClaims(ctx context.Context, o benchClaimsOptions) error {
 	}
 	defer e.close(ctx)
 	res := ClaimsResult{Workers: o.workers, Tasks: o.tasks, PoolConns: e.pool.Config().MaxConns, ChainLength: o.chain}
+	if _, err := e.pool.Exec(ctx, `VACUUM (ANALYZE) tasks`); err != nil {
+		return fmt.Errorf("vacuum the tasks table: %w", err)
+	}
 
 	a.progressf("raw SKIP LOCKED loops over %d rows with %d connections", o.tasks, o.workers)
 	if res.RawClaimPerS, err = e.rawLoop(ctx, "claim", o.workers, o.tasks, false); err != nil {
@@ -717,13 +723,19 @@ func (e *benchEnv) httpPhase(ctx context.Context, o benchClaimsOptions, workers 
 	begin := time.Now()
 	for _, w := range workers {
 		wg.Go(func() {
+			var c *client.Claim // the next task, when the last COMPLETE brought one
 			for {
-				c, err := w.api.Claim(ctx, client.ClaimRequest{PlanID: id, WaitSeconds: 5})
-				if err == nil && c == nil {
-					return
+				var err error
+				if c == nil {
+					c, err = w.api.Claim(ctx, client.ClaimRequest{PlanID: id, WaitSeconds: 5})
+					if err == nil && c == nil {
+						return
+					}
 				}
 				if err == nil {
-					_, err = w.api.Complete(ctx, id, c.Task.ID, client.CompleteRequest{LeaseID: c.Lease.ID})
+					var done client.CompleteResponse
+					done, err = w.api.Complete(ctx, id, c.Task.ID, client.CompleteRequest{LeaseID: c.Lease.ID, ClaimNext: &client.NextClaim{PlanID: id}})
+					c = done.Next
 				}
 				if err != nil {
 					errMu.Lock()

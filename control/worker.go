@@ -164,30 +164,43 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	out, err := s.deliver(r, c, waited)
+	switch {
+	case err != nil:
+		s.writeError(w, r, err)
+	case out != nil:
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// deliver turns a claim into its answer, with the workspace of a repository plan. A claim
+// that cannot be delivered is released at once rather than when its lease expires: nil
+// and an error (503) when the workspace is not available, nil and nil when the worker
+// left while the claim was being made.
+func (s *Server) deliver(r *http.Request, c *queue.Claim, waited float64) (*client.Claim, error) {
+	p := principalFrom(r.Context())
 	l := queue.Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: p.worker.ID}
 	var ws *client.Workspace
 	if s.cfg.Workspaces != nil && c.Plan.Repo != "" && r.Context().Err() == nil {
 		ctx, cancel := context.WithTimeout(r.Context(), workspaceTimeout)
+		var err error
 		ws, err = s.cfg.Workspaces(ctx, c.Plan)
 		cancel()
 		if err != nil && r.Context().Err() == nil {
 			s.log.WarnContext(r.Context(), "no workspace for the claim; released", "plan_id", l.PlanID, "task_id", l.TaskID, "error", err)
 			s.releaseUndelivered(r.Context(), l, "workspace_unavailable")
-			s.writeError(w, r, errorf(http.StatusServiceUnavailable, codeUnavailable, "The workspace of plan %s is not available; try again later.", l.PlanID))
-			return
+			return nil, errorf(http.StatusServiceUnavailable, codeUnavailable, "The workspace of plan %s is not available; try again later.", l.PlanID)
 		}
 	}
 	if r.Context().Err() != nil {
-		// The worker left while its claim was being made: hand the task back now rather
-		// than after its lease expires.
 		s.releaseUndelivered(r.Context(), l, "claimant_gone")
-		return
+		return nil, nil
 	}
 	s.metrics.claims.Inc()
 	s.metrics.claimWait.WithLabelValues("claimed").Observe(waited)
 	out := client.Claim{Task: taskWire(c.Task), Lease: client.Lease{ID: c.Lease.ID, ExpiresAt: c.Lease.ExpiresAt}, Plan: planWire(c.Plan), Workspace: ws}
 	out.Task.Attempt = c.Task.Attempts
-	writeJSON(w, http.StatusOK, out)
+	return &out, nil
 }
 
 // workspaceTimeout bounds one call of the WorkspaceProvider (it may mint a token on GitHub).
@@ -205,10 +218,8 @@ func (s *Server) releaseUndelivered(ctx context.Context, l queue.Lease, reason s
 
 func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadline time.Time) (*queue.Claim, error) {
 	var wake <-chan queue.Notification
-	select {
-	case <-s.draining:
+	if s.isDraining() {
 		deadline = time.Now() // one attempt, no wait: this replica is going away
-	default:
 	}
 	if time.Until(deadline) > 0 {
 		// Subscribe before the first attempt, so that nothing appearing in between is missed.
@@ -331,12 +342,43 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field head_sha must be a hexadecimal commit id."))
 		return
 	}
-	t, err := s.store.Complete(r.Context(), l, queue.CompleteInput{Cost: req.CostUSD, Result: req.Result,
-		HeadSHA: strings.ToLower(req.HeadSHA), NoChanges: req.NoChanges})
-	if err == nil {
-		s.metrics.completions.Inc()
+	if req.ClaimNext != nil && len(req.ClaimNext.PlanID) > maxIDBytes {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field claim_next.plan_id is too long."))
+		return
 	}
-	s.answerTask(w, r, t, err)
+	in := queue.CompleteInput{Cost: req.CostUSD, Result: req.Result, HeadSHA: strings.ToLower(req.HeadSHA), NoChanges: req.NoChanges}
+	var (
+		t    queue.TaskInfo
+		next *queue.Claim
+		err  error
+	)
+	if req.ClaimNext != nil && !s.isDraining() {
+		p := principalFrom(r.Context())
+		t, next, err = s.store.CompleteAndClaim(r.Context(), l, in, queue.ClaimRequest{WorkerID: p.worker.ID, PlanID: req.ClaimNext.PlanID, Labels: p.worker.Labels})
+	} else {
+		t, err = s.store.Complete(r.Context(), l, in)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.metrics.completions.Inc()
+	out := client.CompleteResponse{Task: taskWire(t)}
+	if next != nil {
+		// A next claim that cannot be delivered is released; the worker claims as usual.
+		out.Next, _ = s.deliver(r, next, 0)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// isDraining reports whether Drain was called: this replica is going away.
+func (s *Server) isDraining() bool {
+	select {
+	case <-s.draining:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request) {

@@ -125,14 +125,27 @@ var ErrStopped = errors.New("worker stopped")
 // plane refuses the worker's token (an error). A control plane that restarts or cannot
 // be reached for a while is waited out with backoff.
 func (w *Worker) Run(ctx context.Context) (Summary, error) {
-	var sum Summary
+	var (
+		sum  Summary
+		next *client.Claim // handed over with the last completion
+	)
 	backoff, idle := newBackoff(), newBackoff()
 	for {
 		if ctx.Err() != nil {
+			if next != nil {
+				w.release(w.log, next, Outcome{}, "shutdown")
+			}
 			return sum, ErrStopped
 		}
 		if w.cfg.MaxTasks > 0 && sum.Done+sum.Failed+sum.Lost >= w.cfg.MaxTasks {
 			return sum, nil
+		}
+		if next != nil {
+			var stop bool
+			if next, stop = w.ran(ctx, next, &sum); stop {
+				return sum, stopErr(ctx)
+			}
+			continue
 		}
 		asked := time.Now()
 		claim, err := w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds()})
@@ -174,28 +187,44 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 			continue
 		}
 		idle.reset()
-		out := w.runTask(ctx, claim)
-		sum.Cost += out.Cost
-		switch out.Status {
-		case "done":
-			sum.Done++
-		case "failed":
-			sum.Failed++
-		case "released":
-			sum.Released++
-		default:
-			sum.Lost++
-		}
-		if w.cfg.OnResult != nil {
-			w.cfg.OnResult(out)
-		}
-		if out.Status == "released" {
-			return sum, ErrStopped
-		}
-		if w.cfg.Once {
-			return sum, nil
+		var stop bool
+		if next, stop = w.ran(ctx, claim, &sum); stop {
+			return sum, stopErr(ctx)
 		}
 	}
+}
+
+// stopErr is what Run returns when it stops after a task: ErrStopped when ctx ended it
+// (the task was released), nil when Once did.
+func stopErr(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return ErrStopped
+	}
+	return nil
+}
+
+// ran runs a claimed task and counts its outcome in sum. It returns the next claim when
+// the completion brought one, and whether Run must stop: the task was released (shutdown)
+// or Once is set.
+func (w *Worker) ran(ctx context.Context, claim *client.Claim, sum *Summary) (*client.Claim, bool) {
+	// Another task is wanted after this one unless this is the last one.
+	wantNext := !w.cfg.Once && (w.cfg.MaxTasks == 0 || sum.Done+sum.Failed+sum.Lost+1 < w.cfg.MaxTasks)
+	out, next := w.runTask(ctx, claim, wantNext)
+	sum.Cost += out.Cost
+	switch out.Status {
+	case "done":
+		sum.Done++
+	case "failed":
+		sum.Failed++
+	case "released":
+		sum.Released++
+	default:
+		sum.Lost++
+	}
+	if w.cfg.OnResult != nil {
+		w.cfg.OnResult(out)
+	}
+	return next, out.Status == "released" || w.cfg.Once
 }
 
 // fatal reports errors that waiting will not cure: the token is refused, or the request
@@ -235,7 +264,7 @@ func (w *Worker) drained(ctx context.Context) (bool, error) {
 
 // runTask runs one claimed task to its report. It never returns an error: every
 // outcome, including a lost lease, is an Outcome.
-func (w *Worker) runTask(ctx context.Context, c *client.Claim) (out Outcome) {
+func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (out Outcome, next *client.Claim) {
 	t := c.Task
 	log := w.log.With("plan_id", t.PlanID, "task_id", t.ID, "attempt", t.Attempt)
 	out = Outcome{PlanID: t.PlanID, TaskID: t.ID, Attempt: t.Attempt}
@@ -244,7 +273,7 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim) (out Outcome) {
 	lease := client.LeaseRequest{LeaseID: c.Lease.ID}
 
 	if _, err := w.api.Start(ctx, t.PlanID, t.ID, lease); err != nil {
-		return w.lostOrRelease(ctx, log, c, out, err)
+		return w.lostOrRelease(ctx, log, c, out, err), nil
 	}
 
 	// The agent runs under runCtx: cancelled on shutdown (ctx) and when a heartbeat says
@@ -262,21 +291,26 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim) (out Outcome) {
 
 	if ctx.Err() != nil {
 		// Shutdown: the agent's process group is gone; hand the task back.
-		return w.release(log, c, out, "shutdown")
+		return w.release(log, c, out, "shutdown"), nil
 	}
 	if cause := context.Cause(runCtx); errors.Is(cause, errLeaseLost) {
 		log.WarnContext(ctx, "lease lost while the agent ran; agent killed")
 		out.Status, out.Reason = "lease_lost", "lease_lost"
-		return out
+		return out, nil
 	}
 	if r.fail == nil && r.runErr == nil && r.res.Succeeded() {
 		req := client.CompleteRequest{LeaseID: c.Lease.ID, CostUSD: r.res.Cost, Result: bounded(r.res.Text, 4096),
 			HeadSHA: r.pub.HeadSHA, NoChanges: r.pub.NoChanges}
-		if _, err := w.api.Complete(ctx, t.PlanID, t.ID, req); err != nil {
-			return w.lostOrRelease(ctx, log, c, out, err)
+		if wantNext {
+			// The next task comes back with the completion: one round trip fewer.
+			req.ClaimNext = &client.NextClaim{PlanID: w.cfg.PlanID}
+		}
+		done, err := w.api.Complete(ctx, t.PlanID, t.ID, req)
+		if err != nil {
+			return w.lostOrRelease(ctx, log, c, out, err), nil
 		}
 		out.Status, out.HeadSHA, out.NoChanges = "done", r.pub.HeadSHA, r.pub.NoChanges
-		return out
+		return out, done.Next
 	}
 	fail := r.fail
 	if fail == nil {
@@ -286,11 +320,11 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim) (out Outcome) {
 	out.Reason = fail.Reason
 	fail.LeaseID, fail.CostUSD = c.Lease.ID, r.res.Cost
 	if _, err := w.api.Fail(ctx, t.PlanID, t.ID, *fail); err != nil {
-		return w.lostOrRelease(ctx, log, c, out, err)
+		return w.lostOrRelease(ctx, log, c, out, err), nil
 	}
 	log.InfoContext(ctx, "attempt failed", "reason", fail.Reason)
 	out.Status = "failed"
-	return out
+	return out, nil
 }
 
 // workResult is what one attempt did: the agent's result, and in a workspace what was

@@ -321,9 +321,15 @@ func (c *Client) Start(ctx context.Context, planID, taskID string, req LeaseRequ
 	return c.transition(ctx, "start", planID, taskID, req)
 }
 
-// Complete marks the task DONE and charges its cost.
-func (c *Client) Complete(ctx context.Context, planID, taskID string, req CompleteRequest) (Task, error) {
-	return c.transition(ctx, "complete", planID, taskID, req)
+// Complete marks the task DONE and charges its cost. With req.ClaimNext set, the answer
+// may also hold the worker's next claim (CompleteResponse.Next).
+func (c *Client) Complete(ctx context.Context, planID, taskID string, req CompleteRequest) (CompleteResponse, error) {
+	var out CompleteResponse
+	_, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "plans", planID, "tasks", taskID, "complete"), nil, req, &out)
+	if err != nil {
+		return out, fmt.Errorf("complete task %s of plan %s: %w", taskID, planID, err)
+	}
+	return out, nil
 }
 
 // Fail records a failed attempt and charges its cost; the task retries or fails.

@@ -163,12 +163,30 @@ type LeaseRequest struct {
 // CompleteRequest reports a successful attempt and its cost. In a workspace, HeadSHA is
 // the plan branch's head after the task's commit was pushed, and NoChanges says the
 // agent changed nothing (so nothing was pushed).
+//
+// ClaimNext asks for the worker's next task in the same round trip: the answer's Next is
+// a claim made at once (no long-poll) as by POST /v1/tasks/claim with that plan_id, or
+// absent when nothing is claimable now (then claim the usual way). The completion stands
+// whatever becomes of the claim.
 type CompleteRequest struct {
-	LeaseID   string   `json:"lease_id"`
-	CostUSD   plan.USD `json:"cost_usd"`
-	Result    string   `json:"result,omitempty"`
-	HeadSHA   string   `json:"head_sha,omitempty"`
-	NoChanges bool     `json:"no_changes,omitempty"`
+	LeaseID   string     `json:"lease_id"`
+	CostUSD   plan.USD   `json:"cost_usd"`
+	Result    string     `json:"result,omitempty"`
+	HeadSHA   string     `json:"head_sha,omitempty"`
+	NoChanges bool       `json:"no_changes,omitempty"`
+	ClaimNext *NextClaim `json:"claim_next,omitempty"`
+}
+
+// NextClaim is the claim a COMPLETE asks for: of one plan, or of any when PlanID is empty.
+type NextClaim struct {
+	PlanID string `json:"plan_id,omitempty"`
+}
+
+// CompleteResponse is the completed task and, when ClaimNext was asked and a task was
+// claimable, the worker's next claim.
+type CompleteResponse struct {
+	Task
+	Next *Claim `json:"next,omitempty"`
 }
 
 // FailRequest reports a failed attempt and its cost. Retryable nil means true.
