@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/whilly-go/whilly/control/client"
@@ -95,11 +96,19 @@ func sentence(err error) string {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	b, err := json.Marshal(v)
+	if err != nil { // a programming error: every answer is a plain struct
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(client.ErrorBody{Error: codeInternal, Message: "internal error"}) // two strings always encode
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	// With its length known, the answer goes out in one write, not chunked.
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v) // the status is sent; a write error means the caller left
+	_, _ = w.Write(append(b, '\n')) // the status is sent; a write error means the caller left
 }
 
 // decode reads one JSON object from the body into v: at most limit bytes (413 beyond),
