@@ -473,7 +473,10 @@ func (a *app) benchClaims() *cobra.Command {
 
 Like pgbench, it first vacuums and analyzes the tasks table, so that what earlier runs
 left behind does not weigh on this one. The pool has the size 'whilly serve' uses (16)
-unless --pool is given; the raw loop shares it. On Linux the CPU time per task of this process and of its Postgres backends is
+unless --pool is given; the raw loop shares it. Claims and completions of one plan are
+answered in batches (one statement for all the workers waiting), so the http figure grows
+with the number of workers while the raw loop's hardly moves: compare runs of one
+--workers. On Linux the CPU time per task of this process and of its Postgres backends is
 shown for the raw and http phases; --queries breaks the http phase's database time down by
 statement, --cpuprofile writes a CPU profile of it (go tool pprof FILE). Other load on the
 machine moves every figure: compare figures of one run.`,
@@ -493,11 +496,11 @@ machine moves every figure: compare figures of one run.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.workers, "workers", 8, "HTTP workers (and raw-loop goroutines)")
+	f.IntVar(&o.workers, "workers", 16, "HTTP workers (and raw-loop connections)")
 	f.IntVar(&o.tasks, "tasks", 4000, "zero-work tasks for the throughput phases")
 	f.IntVar(&o.chain, "chain", 300, "length of the dependency chain of the latency phase")
 	f.DurationVar(&o.idle, "idle", 3*time.Second, "how long the idle phase counts queries")
-	f.IntVar(&o.pool, "pool", 0, "database connections of the control plane and the raw loop (default: pgx's)")
+	f.IntVar(&o.pool, "pool", 0, "database connections of the control plane and the raw loop (default: whilly serve's, 16)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the http phase to this file")
 	f.BoolVar(&o.queries, "queries", false, "also print the http phase's time in the database per SQL statement")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
