@@ -175,3 +175,52 @@ func TestCompleteAndClaimWithAStaleLease(t *testing.T) {
 		t.Fatalf("complete and claim = %+v, %v, %v; want DONE and another task", done.Status, next, err)
 	}
 }
+
+// TestHandoffsHandOutEachTaskOnce: 32 workers that take each next task with their
+// completion drain 1,000 tasks; every task is done exactly once and the plan once.
+func TestHandoffsHandOutEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	const n = 1000
+	p := &plan.Plan{ID: "handoffs", Name: "handoffs"}
+	for i := range n {
+		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%04d", i)))
+	}
+	importTasks(t, st, p)
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+		wg   sync.WaitGroup
+	)
+	for range 32 {
+		w := register(t, st)
+		wg.Go(func() {
+			c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: "handoffs"})
+			for err == nil && c != nil {
+				mu.Lock()
+				seen[c.Task.ID]++
+				mu.Unlock()
+				_, c, err = st.CompleteAndClaim(ctx, leaseOf(c, w.ID), queue.CompleteInput{}, queue.ClaimRequest{WorkerID: w.ID, PlanID: "handoffs"})
+			}
+			if err != nil {
+				t.Errorf("worker %s: %v", w.ID, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Errorf("%d distinct tasks done, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s was handed out %d times", id, k)
+		}
+	}
+	if pi, err := st.GetPlan(ctx, "handoffs"); err != nil || pi.Status != plan.PlanDone {
+		t.Fatalf("plan = %s, %v; want DONE", pi.Status, err)
+	}
+	if k := countEvents(t, pool, "handoffs", queue.EventPlanDone); k != 1 {
+		t.Errorf("%d plan.done events, want 1", k)
+	}
+}

@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,5 +226,58 @@ func TestWorkerWaitsOutAnUnreachableControlPlane(t *testing.T) {
 	}
 	if st := taskStatus(t, e.st, "late", "T00"); st != plan.StatusDone {
 		t.Fatalf("task = %s, want DONE", st)
+	}
+}
+
+// TestWorkerTakesItsNextTaskFromTheCompletion: after its first claim, a worker gets each
+// next task in the answer to its COMPLETE (claim_next); it asks for none after its last
+// task (MaxTasks), and one it holds when stopped goes back to the queue.
+func TestWorkerTakesItsNextTaskFromTheCompletion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var claims atomic.Int32
+	target, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/tasks/claim" {
+			claims.Add(1)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(counting.Close)
+	ctx := context.Background()
+	held := func(planID string) int {
+		n := 0
+		for i := range 6 {
+			if st := taskStatus(t, e.st, planID, fmt.Sprintf("T%02d", i)); st == plan.StatusClaimed || st == plan.StatusInProgress {
+				n++
+			}
+		}
+		return n
+	}
+
+	e.importTasks(t, "next", 6)
+	sum, err := e.worker(t, counting.URL, agent.SimConfig{}, worker.Config{PlanID: "next", MaxTasks: 4}).Run(ctx)
+	if err != nil || sum.Done != 4 {
+		t.Fatalf("run = %+v, %v; want 4 done", sum, err)
+	}
+	if n := claims.Load(); n != 1 {
+		t.Errorf("%d claim requests for 4 tasks, want 1: the others come with the completions", n)
+	}
+	if n := held("next"); n != 0 {
+		t.Errorf("%d tasks left claimed after the worker's last task, want 0", n)
+	}
+
+	e.importTasks(t, "stop", 6)
+	stopCtx, stop := context.WithCancel(ctx)
+	w := e.worker(t, counting.URL, agent.SimConfig{}, worker.Config{PlanID: "stop", OnResult: func(worker.Outcome) { stop() }})
+	if sum, err := w.Run(stopCtx); !errors.Is(err, worker.ErrStopped) || sum.Done != 1 {
+		t.Fatalf("run = %+v, %v; want 1 done, then stopped", sum, err)
+	}
+	if n := held("stop"); n != 0 {
+		t.Errorf("%d tasks left claimed by a stopped worker, want 0 (its next task released)", n)
 	}
 }
