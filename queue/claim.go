@@ -14,12 +14,12 @@ import (
 )
 
 // A claim picks the first claimable tasks (SPEC §5), leases them and writes their CLAIM
-// events, in one statement: one task for each worker of $3 not revoked (a revoked
-// worker whose token a control plane still trusts from its cache gets nothing), in the
-// order of that array (n is the position of the worker it went to). It walks an index in claim order —
-// priority, plan age, file order (tasks_claim_any; tasks_claim_plan with the plan fixed) —
-// and stops once it has enough tasks that pass the checks, so its cost does not grow
-// with the backlog. SKIP LOCKED lets concurrent claimers pass over each other's
+// events, in one statement: one task for each worker of $3 that is not revoked (a
+// control plane may still trust a revoked worker's token from its cache), in the order of
+// that array (n is the position of the worker a task went to). It walks an index in claim
+// order — priority, plan age, file order (tasks_claim_any; tasks_claim_plan with the plan
+// fixed) — and stops once it has enough tasks that pass the checks, so its cost does not
+// grow with the backlog. SKIP LOCKED lets concurrent claimers pass over each other's
 // candidates instead of queueing behind them; the dependency check runs in the same
 // snapshot. Each row holds the task, n and the task's plan.
 const (
