@@ -28,6 +28,9 @@ type PlanRequest struct {
 	Slug string
 	// Repo is the repository the plan works on (owner/name), set on the plan; optional.
 	Repo string
+	// MaxAttempts is the attempt limit of tasks the planner gives none
+	// (WHILLY_MAX_ATTEMPTS); 0 means plan.DefaultMaxAttempts.
+	MaxAttempts int
 
 	Model string // passed to the agent; "" lets it pick
 	// WorkDir is a checkout of the repository the planner may read (`whilly init` passes
@@ -310,7 +313,7 @@ func readPlanAnswer(text string, req PlanRequest) planAnswer {
 		ans.problems = append(ans.problems, "the plan cannot be re-encoded: "+err.Error())
 		return ans
 	}
-	parsed, err := plan.Parse(clean)
+	parsed, err := plan.ParseWith(clean, plan.ParseOptions{MaxAttempts: req.MaxAttempts})
 	var ve *plan.ValidationError
 	switch {
 	case errors.As(err, &ve):

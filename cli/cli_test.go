@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,8 +16,15 @@ import (
 // run executes the whilly command line against the test database.
 func run(t *testing.T, dsn string, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runEnv(t, dsn, nil, stdin, args...)
+}
+
+// runEnv is run with more environment variables.
+func runEnv(t *testing.T, dsn string, more map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	env := map[string]string{"WHILLY_DATABASE_URL": dsn, "WHILLY_DATA_DIR": t.TempDir()}
+	maps.Copy(env, more)
 	code = cli.Execute(context.Background(), args, cli.IO{
 		In: strings.NewReader(stdin), Out: &out, Err: &errb,
 		Getenv: func(k string) string { return env[k] },
@@ -142,5 +150,32 @@ func TestEnvironmentErrorsExitTwo(t *testing.T) {
 	code, _, stderr = run(t, "", "", "plan", "list", "--bogus")
 	if code != 1 || !strings.Contains(stderr, "unknown flag") {
 		t.Fatalf("unknown flag: exit %d, %q", code, stderr)
+	}
+}
+
+// TestMaxAttemptsFromTheEnvironment: WHILLY_MAX_ATTEMPTS is the attempt limit of the tasks
+// a plan file gives none; a task's own max_attempts wins, and a bad value exits 2.
+func TestMaxAttemptsFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	dsn := testkit.DSN(t)
+	file := writeFile(t, "attempts.json", `{"plan_id": "attempts", "project": "Attempts", "tasks": [
+  {"id": "A", "priority": "low", "description": "d"},
+  {"id": "B", "priority": "low", "description": "d", "max_attempts": 2}]}`)
+	env := map[string]string{"WHILLY_MAX_ATTEMPTS": "5"}
+	if code, _, stderr := runEnv(t, dsn, env, "", "plan", "import", file); code != 0 {
+		t.Fatalf("import: exit %d: %s", code, stderr)
+	}
+	code, out, stderr := run(t, dsn, "", "plan", "export", "attempts")
+	if code != 0 {
+		t.Fatalf("export: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, `"id": "A"`) || strings.Count(out, `"max_attempts": 5`) != 1 || strings.Count(out, `"max_attempts": 2`) != 1 {
+		t.Errorf("A should have 5 attempts and B 2:\n%s", out)
+	}
+	for _, bad := range []string{"0", "many", "101"} {
+		code, _, stderr := runEnv(t, dsn, map[string]string{"WHILLY_MAX_ATTEMPTS": bad}, "", "plan", "import", file)
+		if code != 2 || !strings.Contains(stderr, "WHILLY_MAX_ATTEMPTS") {
+			t.Errorf("WHILLY_MAX_ATTEMPTS=%s: exit %d, %q; want 2 naming the variable", bad, code, stderr)
+		}
 	}
 }

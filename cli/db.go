@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/whilly-go/whilly/internal/pglocal"
 	"github.com/whilly-go/whilly/migrations"
+	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -100,7 +102,24 @@ func (a *app) queueConfig() (queue.Config, error) {
 	if err != nil {
 		return queue.Config{}, err
 	}
-	return queue.Config{LeaseTTL: ttl}, nil
+	attempts, err := a.maxAttempts()
+	if err != nil {
+		return queue.Config{}, err
+	}
+	return queue.Config{LeaseTTL: ttl, MaxAttempts: attempts}, nil
+}
+
+// maxAttempts reads WHILLY_MAX_ATTEMPTS, the attempt limit of tasks that name none.
+func (a *app) maxAttempts() (int, error) {
+	v := a.env("WHILLY_MAX_ATTEMPTS")
+	if v == "" {
+		return plan.DefaultMaxAttempts, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 || n > plan.MaxMaxAttempts {
+		return 0, envf("WHILLY_MAX_ATTEMPTS must be a whole number from 1 to %d, got %q", plan.MaxMaxAttempts, v)
+	}
+	return n, nil
 }
 
 // printf writes to stdout; write errors on a terminal are not actionable.

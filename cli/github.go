@@ -123,9 +123,13 @@ func (a *app) githubPlanner() (intake.Planner, error) {
 	if err != nil {
 		return nil, err
 	}
+	attempts, err := a.maxAttempts()
+	if err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context, it intake.IssueText, planID string) (*plan.Plan, plan.USD, error) {
 		res, err := agent.Plan(ctx, ag, agent.PlanRequest{
-			IssueTitle: it.Title, IssueBody: it.Body, Slug: planID, Repo: it.Ref.Repo.String(),
+			IssueTitle: it.Title, IssueBody: it.Body, Slug: planID, Repo: it.Ref.Repo.String(), MaxAttempts: attempts,
 		}, timeout)
 		return res.Plan, res.Cost, err
 	}, nil

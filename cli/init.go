@@ -120,6 +120,10 @@ func (a *app) runInit(cmd *cobra.Command, ideaArg string, o initOptions) error {
 	if err != nil {
 		return err
 	}
+	attempts, err := a.maxAttempts()
+	if err != nil {
+		return err
+	}
 	if o.model == "" {
 		o.model = a.env("WHILLY_MODEL")
 	}
@@ -146,7 +150,7 @@ func (a *app) runInit(cmd *cobra.Command, ideaArg string, o initOptions) error {
 		return envf("find the current directory: %w", err)
 	}
 	res, err := agent.Plan(ctx, planner, agent.PlanRequest{
-		Idea: idea, Slug: o.slug, Model: o.model, WorkDir: cwd,
+		Idea: idea, Slug: o.slug, Model: o.model, WorkDir: cwd, MaxAttempts: attempts,
 		Retrying: func(problems []string) {
 			prog.set(fmt.Sprintf("the plan had %d %s; asking the planner again…", len(problems), pluralize(len(problems), "problem", "problems")))
 		},

@@ -61,7 +61,11 @@ func (a *app) readPlanFile(path string) (*plan.Plan, error) {
 	if len(data) > maxPlanFile {
 		return nil, failf("plan file %s is larger than %d MiB", name, maxPlanFile>>20)
 	}
-	return plan.Parse(data)
+	attempts, err := a.maxAttempts()
+	if err != nil {
+		return nil, err
+	}
+	return plan.ParseWith(data, plan.ParseOptions{MaxAttempts: attempts})
 }
 
 // progress reports import progress on stderr when it is a terminal.

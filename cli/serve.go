@@ -29,7 +29,8 @@ jobs (lease reaper, offline-worker sweep) and serves the HTTP API on WHILLY_LIST
 (default 127.0.0.1:8000). Any number of replicas may share one database.
 
 Environment: WHILLY_LISTEN, WHILLY_BOOTSTRAP_TOKEN (lets workers register),
-WHILLY_METRICS_TOKEN (protects /metrics), WHILLY_LEASE_TTL (default 60s).
+WHILLY_METRICS_TOKEN (protects /metrics), WHILLY_LEASE_TTL (default 60s),
+WHILLY_MAX_ATTEMPTS (attempt limit of tasks that name none, default 3).
 SIGTERM or SIGINT shuts down in order: HTTP, then background jobs, then the database pool.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -83,7 +83,7 @@ func (s *Server) importPlan(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "The body is not a JSON plan file."))
 		return
 	}
-	p, err := plan.Parse(data)
+	p, err := plan.ParseWith(data, plan.ParseOptions{MaxAttempts: s.store.Config().MaxAttempts})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -373,7 +373,7 @@ func (s *Service) finish(ctx context.Context, ref string, claim queue.IntakeClai
 
 // build makes the plan: the block, else the planner, else the text.
 func (s *Service) build(ctx context.Context, it IssueText, id string) (Built, plan.USD) {
-	if b, ok := FromBlock(it, id); ok {
+	if b, ok := FromBlock(it, id, s.store.Config().MaxAttempts); ok {
 		return b, 0
 	}
 	if s.cfg.Planner != nil {

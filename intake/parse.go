@@ -151,14 +151,15 @@ type IssueText struct {
 // The issue cannot choose the plan's id, repository or gate mode, and its verify
 // commands are dropped: a verify command is shell run on the workers, and the text of an
 // issue must never become that (whoever can edit the issue could run anything). Verify
-// commands belong in plans an operator imports.
-func FromBlock(it IssueText, id string) (Built, bool) {
+// commands belong in plans an operator imports. Tasks that name no max_attempts get
+// maxAttempts (WHILLY_MAX_ATTEMPTS; 0: plan.DefaultMaxAttempts).
+func FromBlock(it IssueText, id string, maxAttempts int) (Built, bool) {
 	block, ok := findBlock(it.Body)
 	if !ok {
 		return Built{}, false
 	}
 	b := Built{Source: app.SourceBlock}
-	p, err := plan.Parse([]byte(block))
+	p, err := plan.ParseWith([]byte(block), plan.ParseOptions{MaxAttempts: maxAttempts})
 	if err != nil {
 		var ve *plan.ValidationError
 		if errors.As(err, &ve) {

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -291,12 +292,22 @@ func validate(p *Plan, skip map[fieldKey]bool) []Problem {
 // ignored; wrong JSON types, missing or invalid fields, unknown dependencies and cycles
 // are all collected into one *ValidationError. Amounts are read exactly, never through a
 // float. The result is normalised (see Normalize) and valid (see Validate).
-func Parse(data []byte) (*Plan, error) {
+func Parse(data []byte) (*Plan, error) { return ParseWith(data, ParseOptions{}) }
+
+// ParseOptions are what a reader of plan files may set.
+type ParseOptions struct {
+	// MaxAttempts is the attempt limit of tasks that name none (WHILLY_MAX_ATTEMPTS);
+	// 0 means DefaultMaxAttempts.
+	MaxAttempts int
+}
+
+// ParseWith is Parse with options.
+func ParseWith(data []byte, o ParseOptions) (*Plan, error) {
 	root, problem := decodeJSON(data)
 	if problem != "" {
 		return nil, &ValidationError{Problems: []Problem{{Index: -1, Message: problem}}}
 	}
-	d := &decoder{bad: map[fieldKey]bool{}}
+	d := &decoder{bad: map[fieldKey]bool{}, maxAttempts: cmp.Or(o.MaxAttempts, DefaultMaxAttempts)}
 	p := d.plan(root)
 	if err := newValidationError(p, d); err != nil {
 		return nil, err
@@ -380,8 +391,9 @@ func jsonType(v any) string {
 // decoder turns a decoded plan file into a Plan, noting type problems; bad marks the
 // fields it already reported so validation does not report them twice.
 type decoder struct {
-	problems []Problem
-	bad      map[fieldKey]bool
+	problems    []Problem
+	bad         map[fieldKey]bool
+	maxAttempts int // of tasks that name none
 }
 
 func (d *decoder) fail(index int, field, format string, args ...any) {
@@ -527,7 +539,7 @@ func (d *decoder) verify(v any) []Verify {
 func (d *decoder) task(i int, v any) Task {
 	t := Task{
 		Status:             StatusPending,
-		MaxAttempts:        DefaultMaxAttempts,
+		MaxAttempts:        d.maxAttempts,
 		Dependencies:       []string{},
 		KeyFiles:           []string{},
 		AcceptanceCriteria: []string{},

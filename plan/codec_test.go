@@ -620,3 +620,18 @@ func FuzzParse(f *testing.F) {
 		PlanOutcome(p.Tasks)
 	})
 }
+
+// TestParseWithMaxAttempts: the option sets the limit of tasks that name none, only.
+func TestParseWithMaxAttempts(t *testing.T) {
+	doc := []byte(`{"project": "p", "tasks": [{"id": "A", "priority": "low", "description": "d"},
+		{"id": "B", "priority": "low", "description": "d", "max_attempts": 1}]}`)
+	for _, tc := range []struct{ option, wantA int }{{0, DefaultMaxAttempts}, {7, 7}} {
+		p, err := ParseWith(doc, ParseOptions{MaxAttempts: tc.option})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, b := p.Tasks[0].MaxAttempts, p.Tasks[1].MaxAttempts; a != tc.wantA || b != 1 {
+			t.Errorf("MaxAttempts option %d: A=%d B=%d, want A=%d B=1", tc.option, a, b, tc.wantA)
+		}
+	}
+}

@@ -95,7 +95,7 @@ const importBatch = 2000
 // (plan.Validate); nothing is written otherwise.
 func (s *Store) Import(ctx context.Context, p *plan.Plan, opts ImportOptions) (ImportResult, error) {
 	var res ImportResult
-	plan.Normalize(p)
+	s.normalize(p)
 	if err := plan.Validate(p); err != nil {
 		return res, err
 	}
@@ -124,6 +124,16 @@ func (s *Store) Import(ctx context.Context, p *plan.Plan, opts ImportOptions) (I
 
 // analyzeAfter is the number of tasks an import must create to refresh the statistics.
 const analyzeAfter = 1000
+
+// normalize is plan.Normalize, with the store's attempt limit for tasks built without one.
+func (s *Store) normalize(p *plan.Plan) {
+	for i := range p.Tasks {
+		if p.Tasks[i].MaxAttempts == 0 {
+			p.Tasks[i].MaxAttempts = s.cfg.MaxAttempts
+		}
+	}
+	plan.Normalize(p)
+}
 
 func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) (ImportResult, error) {
 	res := ImportResult{PlanID: p.ID, TasksTotal: len(p.Tasks)}
@@ -287,7 +297,7 @@ func (v TaskVerdict) MarshalJSON() ([]byte, error) {
 // claim. One plan.applied event records the counts. All of it is one transaction.
 func (s *Store) Apply(ctx context.Context, p *plan.Plan, strict bool, opts ImportOptions) (ApplyResult, error) {
 	res := ApplyResult{Strict: strict}
-	plan.Normalize(p)
+	s.normalize(p)
 	if err := plan.Validate(p); err != nil {
 		return res, err
 	}

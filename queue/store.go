@@ -33,6 +33,9 @@ type Config struct {
 	LeaseTTL    time.Duration // default 60 s
 	BackoffBase time.Duration // default 10 s
 	BackoffMax  time.Duration // default 10 min
+	// MaxAttempts is the attempt limit of tasks that name none (WHILLY_MAX_ATTEMPTS);
+	// default plan.DefaultMaxAttempts.
+	MaxAttempts int
 	Hooks       Hooks
 }
 
@@ -81,6 +84,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BackoffMax <= 0 {
 		c.BackoffMax = 10 * time.Minute
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = plan.DefaultMaxAttempts
 	}
 	return c
 }
