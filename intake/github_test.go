@@ -1,11 +1,14 @@
 package intake_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -428,5 +431,40 @@ func TestManifestEventsAreExactlyTheHandledOnes(t *testing.T) {
 	}
 	if m.Permissions["metadata"] != "read" {
 		t.Errorf("permission metadata = %q, want read", m.Permissions["metadata"])
+	}
+}
+
+// TestFailedPlannerIsChargedToThePlan: when the planner fails, the plan is made from the
+// issue's text, and what the planner cost is charged to it all the same.
+func TestFailedPlannerIsChargedToThePlan(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	e := newEnv(t, envOptions{planner: func(context.Context, intake.IssueText, string) (*plan.Plan, plan.USD, error) {
+		calls.Add(1)
+		return nil, 70_000, errors.New("the planner's answer was not a plan, twice")
+	}})
+	pi := e.intake()
+	e.idle()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("planner called %d times, want 1", n)
+	}
+	if pi.Total != 2 || pi.Spent != 70_000 {
+		t.Errorf("plan has %d tasks and spent %s, want 2 tasks from the text and $0.07 spent", pi.Total, pi.Spent)
+	}
+	evs, err := e.store.Events(e.ctx, queue.EventFilter{PlanID: pi.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	charged := 0
+	for _, ev := range evs {
+		if ev.Type == queue.EventPlanCharged && strings.Contains(string(ev.Payload), `"planner"`) {
+			charged++
+		}
+	}
+	if charged != 1 {
+		t.Errorf("%d plan.charged events from the planner, want 1", charged)
+	}
+	if body := e.statusComments(); len(body) != 1 || !strings.Contains(body[0].Body, "planner agent failed") {
+		t.Errorf("the status comment should say the planner failed: %+v", body)
 	}
 }

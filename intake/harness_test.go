@@ -78,6 +78,8 @@ type envOptions struct {
 	// and again after dispatchIdle (default 10 min) from the reconciler.
 	dispatch     bool
 	dispatchIdle time.Duration
+	// planner is WHILLY_PLANNER's agent, as intake sees it.
+	planner intake.Planner
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -135,7 +137,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.river = rc
-	e.svc = intake.New(base, f, mirror, rc, log, intake.Config{})
+	e.svc = intake.New(base, f, mirror, rc, log, intake.Config{Planner: o.planner})
 	e.store = base.WithHooks(mirror.Hooks(rc))
 	river.AddWorker(workers, e.svc.Worker())
 	river.AddWorker(workers, mirror.Worker())

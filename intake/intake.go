@@ -385,7 +385,7 @@ func (s *Service) build(ctx context.Context, it IssueText, id string) (Built, pl
 		s.log.WarnContext(ctx, "planner failed; planning from the issue's text", "plan_id", id, "error", err)
 		b := FromText(it, id)
 		b.Notes = append(b.Notes, "The planner agent failed, so the plan was made from the issue's text.")
-		return b, 0
+		return b, cost // a failed planner still cost what it cost: the plan pays for it
 	}
 	return FromText(it, id), 0
 }
