@@ -3,12 +3,15 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 )
@@ -43,7 +46,9 @@ type procResult struct {
 // runProcess starts s in a new process group and waits for it. When the timeout passes or
 // ctx is cancelled it sends SIGTERM to the whole group, then SIGKILL after the grace. When
 // the leader exits on its own, whatever it left behind in its group (background jobs that
-// would otherwise keep the output pipes open and outlive the attempt) is killed at once.
+// would otherwise keep the output pipes open and outlive the attempt) is killed at once,
+// and on Linux so is any descendant that left the group with setsid: every process of
+// the attempt inherits an environment tag (runTag) that killTagged looks for.
 //
 // The pipes are os.Pipe files read by our own goroutines rather than exec's copiers, so
 // Wait returns when the leader exits even if a grandchild still holds the write end; the
@@ -81,9 +86,11 @@ func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 		}
 	}
 
+	tag := runTag()
+	env := append(slices.Clip(s.env), tag)
 	var cmd *exec.Cmd
 	for try := 1; ; try++ {
-		cmd = &exec.Cmd{Path: s.path, Args: append([]string{s.path}, s.args...), Dir: s.dir, Env: s.env, Stdout: outW, Stderr: errW}
+		cmd = &exec.Cmd{Path: s.path, Args: append([]string{s.path}, s.args...), Dir: s.dir, Env: env, Stdout: outW, Stderr: errW}
 		if inR != nil {
 			cmd.Stdin = inR
 		}
@@ -169,8 +176,9 @@ func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 			<-waitDone
 		}
 	}
-	// The leader is gone; nothing else of this attempt may live on.
+	// The leader is gone; nothing else of this attempt may live on, in its group or out.
 	_ = killGroup(cmd.Process)
+	killTagged(tag)
 	stopWatchdog()
 
 	drain := time.NewTimer(s.grace)
@@ -192,6 +200,14 @@ func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 	res.stderr = stderr.Bytes()
 	res.duration = time.Since(start)
 	return res, nil
+}
+
+// runTag is an environment variable unique to one run, which every descendant inherits:
+// killTagged finds by it those that left the process group.
+func runTag() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
+	return "WHILLY_AGENT_RUN=" + hex.EncodeToString(b[:])
 }
 
 func pump(wg *sync.WaitGroup, r io.Reader, buf *tailBuffer, log *lineRedactor) {
