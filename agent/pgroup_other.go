@@ -23,4 +23,4 @@ func killGroup(p *os.Process) error {
 func isTextBusy(error) bool { return false }
 
 // startWatchdog has no equivalent without process groups.
-func startWatchdog(int) (stop func()) { return func() {} }
+func startWatchdog(int, string) (stop func()) { return func() {} }

@@ -40,12 +40,14 @@ func signalGroup(p *os.Process, sig syscall.Signal) error {
 func isTextBusy(err error) bool { return errors.Is(err, syscall.ETXTBSY) }
 
 // startWatchdog starts a tiny process outside the agent's group that SIGKILLs the group
-// (pgid) if the worker dies: it blocks reading a pipe whose only write end the worker
-// holds (close-on-exec, so no other child inherits it), and the kernel closes that end
-// when the worker dies, however it dies. Pdeathsig alone reaches only the group leader.
-// stop ends the watchdog without letting it fire; call it once the group is gone, so a
-// reused group id is never signalled. Without a shell there is no watchdog.
-func startWatchdog(pgid int) (stop func()) {
+// (pgid) if the worker dies, and then every process whose environment holds tag (those
+// that left the group with setsid; where /proc and GNU grep are there): it blocks
+// reading a pipe whose only write end the worker holds (close-on-exec, so no other child
+// inherits it), and the kernel closes that end when the worker dies, however it dies.
+// Pdeathsig alone reaches only the group leader. stop ends the watchdog without letting
+// it fire; call it once the group is gone, so a reused group id is never signalled.
+// Without a shell there is no watchdog.
+func startWatchdog(pgid int, tag string) (stop func()) {
 	sh, err := exec.LookPath("sh")
 	if err != nil {
 		return func() {}
@@ -55,8 +57,11 @@ func startWatchdog(pgid int) (stop func()) {
 		return func() {}
 	}
 	// Not tied to any context: its whole point is to outlive the worker; stop ends it.
-	cmd := exec.CommandContext(context.Background(), sh, "-c", `read _ || kill -s KILL -- "-$1" 2>/dev/null`,
-		"whilly-watchdog", strconv.Itoa(pgid))
+	cmd := exec.CommandContext(context.Background(), sh, "-c", `read _ && exit
+kill -s KILL -- "-$1" 2>/dev/null
+for f in /proc/[0-9]*/environ; do
+  if grep -qzxF -- "$2" "$f" 2>/dev/null; then p=${f#/proc/}; kill -s KILL "${p%/environ}" 2>/dev/null; fi
+done`, "whilly-watchdog", strconv.Itoa(pgid), tag)
 	cmd.Stdin = r
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()

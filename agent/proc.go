@@ -114,7 +114,7 @@ func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 	closeAll(outW, errW, inR)
 	// If the worker dies now, the watchdog kills the whole group; once the group is
 	// gone (below) it is stopped.
-	stopWatchdog := startWatchdog(cmd.Process.Pid)
+	stopWatchdog := startWatchdog(cmd.Process.Pid, tag)
 
 	sink := &logSink{w: s.log}
 	stdout := &tailBuffer{limit: s.maxOut}

@@ -4,6 +4,7 @@ package e2e_test
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -71,12 +72,27 @@ func TestSIGKILLedWorkersTaskIsRerunElsewhere(t *testing.T) {
 	dir := t.TempDir()
 	// The first attempt hangs; any later one finishes at once. The child sleep's pid is
 	// recorded too, to see what becomes of the agent's process group.
+	// One more leaves the group with setsid (where there is one): only the watchdog's
+	// search for the attempt's environment tag finds it.
+	escape := `echo 1 > "$E2E_DIR/escapee.pid"`
+	if _, err := exec.LookPath("setsid"); err == nil {
+		escape = `setsid sh -c 'echo $$ > "$E2E_DIR/escapee.tmp"; mv "$E2E_DIR/escapee.tmp" "$E2E_DIR/escapee.pid"; exec sleep 600' </dev/null >/dev/null 2>&1 &`
+	} else {
+		t.Log("no setsid here: the escape from the process group is not tried")
+	}
 	script := agentScript(t, dir, `if [ "$WHILLY_ATTEMPT" = 1 ]; then
   sleep 600 &
   echo $! > "$E2E_DIR/child.pid"
+  `+escape+`
   wait
 fi`)
-	killLeftovers(t, func() []int { return []int{readPID(filepath.Join(dir, "child.pid"))} })
+	killLeftovers(t, func() []int {
+		ids := []int{readPID(filepath.Join(dir, "child.pid"))}
+		if p := readPID(filepath.Join(dir, "escapee.pid")); p > 1 {
+			ids = append(ids, p)
+		}
+		return ids
+	})
 	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir}
 	a := c.worker("worker-a", base, env, "--plan", "sigkill", "--drain")
 	b := c.worker("worker-b", base, env, "--plan", "sigkill", "--drain")
@@ -84,7 +100,7 @@ fi`)
 
 	agentPID := filepath.Join(dir, "T001.1.pid")
 	eventually(t, 60*time.Second, "the first attempt's agent to start", func() bool {
-		return readPID(agentPID) > 0 && readPID(filepath.Join(dir, "child.pid")) > 0
+		return readPID(agentPID) > 0 && readPID(filepath.Join(dir, "child.pid")) > 0 && readPID(filepath.Join(dir, "escapee.pid")) > 0
 	})
 	holder, ok := byID[c.task("sigkill", "T001").claimedBy]
 	if !ok {
@@ -103,6 +119,9 @@ fi`)
 	// its group when the worker's end of its pipe closes.
 	child := readPID(filepath.Join(dir, "child.pid"))
 	eventually(t, 10*time.Second, "the killed worker's agent's child to die too", func() bool { return !alive(child) })
+	if escapee := readPID(filepath.Join(dir, "escapee.pid")); escapee != 1 {
+		eventually(t, 10*time.Second, "the process that left the agent's group with setsid to die too", func() bool { return !alive(escapee) })
+	}
 
 	if code := other.wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("%s exited %d, want 0", other.name, code)
