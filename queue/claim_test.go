@@ -35,6 +35,15 @@ func leaseOf(c *queue.Claim, workerID string) queue.Lease {
 	return queue.Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: workerID}
 }
 
+// widePlan is a plan of n independent tasks T0000, T0001, …
+func widePlan(id string, n int) *plan.Plan {
+	p := &plan.Plan{ID: id, Name: id}
+	for i := range n {
+		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%04d", i)))
+	}
+	return p
+}
+
 func mustClaim(t testing.TB, st *queue.Store, w queue.Worker, planID string) *queue.Claim {
 	t.Helper()
 	c, err := st.Claim(context.Background(), queue.ClaimRequest{WorkerID: w.ID, PlanID: planID, Labels: w.Labels})
@@ -49,11 +58,7 @@ func TestConcurrentClaimersGetEachTaskOnce(t *testing.T) {
 	ctx := context.Background()
 	st, pool := newStore(t)
 	const n = 1000
-	p := &plan.Plan{ID: "many", Name: "many"}
-	for i := range n {
-		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%04d", i)))
-	}
-	importTasks(t, st, p)
+	importTasks(t, st, widePlan("many", n))
 	w := register(t, st)
 
 	var (

@@ -7,9 +7,23 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
+
+// assertEndedOnce checks that the plan ended in status, with exactly one event of typ.
+func assertEndedOnce(t *testing.T, st *queue.Store, pool *pgxpool.Pool, id string, status plan.PlanStatus, typ string) {
+	t.Helper()
+	pi, err := st.GetPlan(context.Background(), id)
+	if err != nil || pi.Status != status {
+		t.Fatalf("%s ended %s, %v; want %s", id, pi.Status, err, status)
+	}
+	if n := countEvents(t, pool, id, typ); n != 1 {
+		t.Errorf("%s: %d %s events, want 1", id, n, typ)
+	}
+}
 
 // TestBatchedCompletionsSettleThePlanOnce races workers that complete at no cost — the
 // batched path, which does not lock the plan — to the end of many small plans, independent
@@ -83,13 +97,7 @@ func TestBatchedCompletionsSettleThePlanOnce(t *testing.T) {
 				t.Errorf("%s: T%d ran %d times, want once", id, i, n)
 			}
 		}
-		pi, err := st.GetPlan(ctx, id)
-		if err != nil || pi.Status != plan.PlanDone {
-			t.Fatalf("%s ended %s, %v; want DONE", id, pi.Status, err)
-		}
-		if n := countEvents(t, pool, id, queue.EventPlanDone); n != 1 {
-			t.Errorf("%s: %d plan.done events, want 1", id, n)
-		}
+		assertEndedOnce(t, st, pool, id, plan.PlanDone, queue.EventPlanDone)
 	}
 }
 
@@ -129,13 +137,7 @@ func TestBatchedCompletionRacingAFinalFailure(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		pi, err := st.GetPlan(ctx, id)
-		if err != nil || pi.Status != plan.PlanFailed {
-			t.Fatalf("%s ended %s, %v; want FAILED", id, pi.Status, err)
-		}
-		if n := countEvents(t, pool, id, queue.EventPlanFailed); n != 1 {
-			t.Errorf("%s: %d plan.failed events, want 1", id, n)
-		}
+		assertEndedOnce(t, st, pool, id, plan.PlanFailed, queue.EventPlanFailed)
 	}
 }
 
@@ -183,11 +185,7 @@ func TestHandoffsHandOutEachTaskOnce(t *testing.T) {
 	ctx := context.Background()
 	st, pool := newStore(t)
 	const n = 1000
-	p := &plan.Plan{ID: "handoffs", Name: "handoffs"}
-	for i := range n {
-		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%04d", i)))
-	}
-	importTasks(t, st, p)
+	importTasks(t, st, widePlan("handoffs", n))
 	var (
 		mu   sync.Mutex
 		seen = map[string]int{}
@@ -217,10 +215,5 @@ func TestHandoffsHandOutEachTaskOnce(t *testing.T) {
 			t.Errorf("%s was handed out %d times", id, k)
 		}
 	}
-	if pi, err := st.GetPlan(ctx, "handoffs"); err != nil || pi.Status != plan.PlanDone {
-		t.Fatalf("plan = %s, %v; want DONE", pi.Status, err)
-	}
-	if k := countEvents(t, pool, "handoffs", queue.EventPlanDone); k != 1 {
-		t.Errorf("%d plan.done events, want 1", k)
-	}
+	assertEndedOnce(t, st, pool, "handoffs", plan.PlanDone, queue.EventPlanDone)
 }
