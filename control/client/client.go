@@ -307,8 +307,9 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
 	return &out, nil
 }
 
-func (c *Client) transition(ctx context.Context, op, planID, taskID string, req any) (Task, error) {
-	var out Task
+// transition posts req to the task's op endpoint and decodes the answer as Out.
+func transition[Out any](ctx context.Context, c *Client, op, planID, taskID string, req any) (Out, error) {
+	var out Out
 	_, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "plans", planID, "tasks", taskID, op), nil, req, &out)
 	if err != nil {
 		return out, fmt.Errorf("%s task %s of plan %s: %w", op, taskID, planID, err)
@@ -318,28 +319,23 @@ func (c *Client) transition(ctx context.Context, op, planID, taskID string, req 
 
 // Start moves the claimed task to IN_PROGRESS.
 func (c *Client) Start(ctx context.Context, planID, taskID string, req LeaseRequest) (Task, error) {
-	return c.transition(ctx, "start", planID, taskID, req)
+	return transition[Task](ctx, c, "start", planID, taskID, req)
 }
 
 // Complete marks the task DONE and charges its cost. With req.ClaimNext set, the answer
 // may also hold the worker's next claim (CompleteResponse.Next).
 func (c *Client) Complete(ctx context.Context, planID, taskID string, req CompleteRequest) (CompleteResponse, error) {
-	var out CompleteResponse
-	_, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "plans", planID, "tasks", taskID, "complete"), nil, req, &out)
-	if err != nil {
-		return out, fmt.Errorf("complete task %s of plan %s: %w", taskID, planID, err)
-	}
-	return out, nil
+	return transition[CompleteResponse](ctx, c, "complete", planID, taskID, req)
 }
 
 // Fail records a failed attempt and charges its cost; the task retries or fails.
 func (c *Client) Fail(ctx context.Context, planID, taskID string, req FailRequest) (Task, error) {
-	return c.transition(ctx, "fail", planID, taskID, req)
+	return transition[Task](ctx, c, "fail", planID, taskID, req)
 }
 
 // Release hands the task back to the queue without counting the attempt.
 func (c *Client) Release(ctx context.Context, planID, taskID string, req LeaseRequest) (Task, error) {
-	return c.transition(ctx, "release", planID, taskID, req)
+	return transition[Task](ctx, c, "release", planID, taskID, req)
 }
 
 // TaskEvent appends a progress or log event to the task the lease holds.
