@@ -127,7 +127,7 @@ var ErrStopped = errors.New("worker stopped")
 func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	var (
 		sum  Summary
-		next *client.Claim // handed over with the last completion
+		next *client.Claim
 	)
 	backoff, idle := newBackoff(), newBackoff()
 	for {
@@ -140,53 +140,50 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 		if w.cfg.MaxTasks > 0 && sum.Done+sum.Failed+sum.Lost >= w.cfg.MaxTasks {
 			return sum, nil
 		}
-		if next != nil {
-			var stop bool
-			if next, stop = w.ran(ctx, next, &sum); stop {
-				return sum, stopErr(ctx)
-			}
-			continue
-		}
-		asked := time.Now()
-		claim, err := w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds()})
-		if err != nil {
-			if ctx.Err() != nil {
-				return sum, ErrStopped
-			}
-			if fatal(err) {
-				return sum, fmt.Errorf("claim: %w", err)
-			}
-			w.log.WarnContext(ctx, "control plane unavailable, retrying", "error", err)
-			if !backoff.wait(ctx) {
-				return sum, ErrStopped
-			}
-			continue
-		}
-		backoff.reset()
+		claim := next // handed over with the last completion
 		if claim == nil {
-			w.removeEndedWorkspaces(ctx)
-			if w.cfg.Drain {
-				drained, err := w.drained(ctx)
-				if err != nil && fatal(err) {
-					return sum, err
-				}
-				if drained {
-					return sum, nil
-				}
-			}
-			// "Nothing" long before the wait was up means the control plane will not wait
-			// for this plan (paused, finished, cancelled) or is shutting down: asking again
-			// at once would spin, thousands of claims a second.
-			if time.Since(asked) < w.cfg.ClaimWait/2 {
-				if !idle.wait(ctx) {
+			asked := time.Now()
+			var err error
+			claim, err = w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds()})
+			if err != nil {
+				if ctx.Err() != nil {
 					return sum, ErrStopped
 				}
-			} else {
-				idle.reset()
+				if fatal(err) {
+					return sum, fmt.Errorf("claim: %w", err)
+				}
+				w.log.WarnContext(ctx, "control plane unavailable, retrying", "error", err)
+				if !backoff.wait(ctx) {
+					return sum, ErrStopped
+				}
+				continue
 			}
-			continue
+			backoff.reset()
+			if claim == nil {
+				w.removeEndedWorkspaces(ctx)
+				if w.cfg.Drain {
+					drained, err := w.drained(ctx)
+					if err != nil && fatal(err) {
+						return sum, err
+					}
+					if drained {
+						return sum, nil
+					}
+				}
+				// "Nothing" long before the wait was up means the control plane will not wait
+				// for this plan (paused, finished, cancelled) or is shutting down: asking
+				// again at once would spin, thousands of claims a second.
+				if time.Since(asked) < w.cfg.ClaimWait/2 {
+					if !idle.wait(ctx) {
+						return sum, ErrStopped
+					}
+				} else {
+					idle.reset()
+				}
+				continue
+			}
+			idle.reset()
 		}
-		idle.reset()
 		var stop bool
 		if next, stop = w.ran(ctx, claim, &sum); stop {
 			return sum, stopErr(ctx)
