@@ -35,6 +35,7 @@ WITH w AS (
 	FROM unnest($3::text[]) WITH ORDINALITY AS w(id, n)
 	-- LIMIT makes this a look-up by primary key, whatever the number of workers.
 	JOIN LATERAL (SELECT 1 FROM workers k WHERE k.id = w.id AND k.status <> 'revoked' LIMIT 1) live ON true
+	WHERE %s
 ), cand AS (
 	SELECT t.plan_id AS cplan, t.id AS cid
 	FROM tasks t
@@ -68,9 +69,18 @@ SELECT c.*, ` + planColumnsNoCounts + `
 FROM (SELECT ` + taskColumns + `, n FROM claimed) c JOIN plans p ON p.id = c.plan_id`
 )
 
+// handoffWorkers keeps, in a claim that follows completions in their transaction, only
+// the workers whose completion went through: the task ($6[n]) of plan $5 that the worker
+// held is DONE, written by this very transaction. A worker whose COMPLETE was refused
+// (409) is given nothing, and nothing is written for it.
+const handoffWorkers = `EXISTS (SELECT 1 FROM tasks x WHERE x.plan_id = $5 AND x.id = ($6::text[])[w.n]
+	AND x.claimed_by = w.id AND x.status = 'DONE' AND x.xmin::text::bigint = txid_current() % 4294967296)`
+
 var (
-	claimPlanSQL = fmt.Sprintf(claimCand, `t.plan_id = $1`, `t.priority_rank, t.ord`)
-	claimAnySQL  = fmt.Sprintf(claimCand, `$1 = ''`, `t.priority_rank, t.plan_seq, t.ord`)
+	claimPlanSQL        = fmt.Sprintf(claimCand, `true`, `t.plan_id = $1`, `t.priority_rank, t.ord`)
+	claimAnySQL         = fmt.Sprintf(claimCand, `true`, `$1 = ''`, `t.priority_rank, t.plan_seq, t.ord`)
+	handoffClaimPlanSQL = fmt.Sprintf(claimCand, handoffWorkers, `t.plan_id = $1`, `t.priority_rank, t.ord`)
+	handoffClaimAnySQL  = fmt.Sprintf(claimCand, handoffWorkers, `$1 = ''`, `t.priority_rank, t.plan_seq, t.ord`)
 )
 
 // Claim leases the next claimable task to the worker, writing CLAIM in the same

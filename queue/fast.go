@@ -240,17 +240,23 @@ func (s *Store) CompleteAndClaim(ctx context.Context, l Lease, in CompleteInput,
 
 // handoffBatch completes a batch of tasks of one plan and claims as many next tasks for
 // their workers, in two statements sent together: one round trip, one implicit
-// transaction (the handoffs group's run). When the completions give up, so do the claims;
-// a worker whose completion was left alone takes the careful path, and the task claimed
-// for it is released.
+// transaction (the handoffs group's run). The claim sees the completions: a task that
+// they make claimable may be handed over at once, and a worker whose completion was left
+// alone gets nothing (handoffWorkers) and takes the careful path. When the completions
+// give up, so do the claims.
 func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff) ([]handedOff, []error) {
 	cs, reqs := make([]completion, len(hs)), make([]ClaimRequest, len(hs))
+	tasks := make([]string, len(hs))
 	for i, h := range hs {
-		cs[i], reqs[i] = h.completion, h.next
+		cs[i], reqs[i], tasks[i] = h.completion, h.next, h.lease.TaskID
+	}
+	claim := handoffClaimAnySQL
+	if key.claim.plan != "" {
+		claim = handoffClaimPlanSQL
 	}
 	b := hotBatch()
 	b.Queue(completeUnsettledSQL, completeArgs(key.plan, cs)...)
-	b.Queue(claimSQL(key.claim.plan), claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, workersOf(reqs))...)
+	b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, workersOf(reqs)), key.plan, tasks)...)
 	br := s.pool.SendBatch(ctx, b)
 	out := make([]handedOff, len(hs))
 	rows, qerr := hotQuery(br)
@@ -273,19 +279,6 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff) 
 	}
 	for i := range hs {
 		out[i].task = done.tasks[i]
-		if done.errs[i] != nil && out[i].next != nil {
-			s.releaseUnwanted(ctx, out[i].next)
-			out[i].next = nil
-		}
 	}
 	return out, done.errs
-}
-
-// releaseUnwanted hands back a task claimed for a worker whose completion did not go
-// through: it will never hear of the claim.
-func (s *Store) releaseUnwanted(ctx context.Context, c *Claim) {
-	l := Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: c.Task.ClaimedBy}
-	if _, err := s.Release(ctx, l, "completion_refused"); err != nil {
-		s.log.WarnContext(ctx, "release of an unwanted claim failed", "plan_id", l.PlanID, "task_id", l.TaskID, "error", err)
-	}
 }

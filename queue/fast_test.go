@@ -141,8 +141,8 @@ func TestBatchedCompletionRacingAFinalFailure(t *testing.T) {
 	}
 }
 
-// TestCompleteAndClaimWithAStaleLease: the completion is refused (409) and the worker is
-// left holding nothing, though the claim of its next task was made with it.
+// TestCompleteAndClaimWithAStaleLease: the completion is refused (409), and no claim is
+// made for the worker: it holds only what it held, and no event is written.
 func TestCompleteAndClaimWithAStaleLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -150,6 +150,7 @@ func TestCompleteAndClaimWithAStaleLease(t *testing.T) {
 	importTasks(t, st, &plan.Plan{ID: "stale", Name: "stale", Tasks: []plan.Task{goodTask("A"), goodTask("B"), goodTask("C")}})
 	w := register(t, st)
 	c := mustClaim(t, st, w, "stale")
+	events := countEvents(t, pool, "stale", "")
 	l := leaseOf(c, w.ID)
 	l.LeaseID = "00000000-0000-4000-8000-000000000000"
 	_, next, err := st.CompleteAndClaim(ctx, l, queue.CompleteInput{}, queue.ClaimRequest{WorkerID: w.ID, PlanID: "stale"})
@@ -170,6 +171,9 @@ func TestCompleteAndClaimWithAStaleLease(t *testing.T) {
 	}
 	if len(held) != 1 || held[0] != c.Task.ID {
 		t.Errorf("the worker holds %v, want only %s (its first claim)", held, c.Task.ID)
+	}
+	if n := countEvents(t, pool, "stale", ""); n != events {
+		t.Errorf("a refused completion wrote %d events", n-events)
 	}
 	// With the right lease, the next task comes back with the completion.
 	done, next, err := st.CompleteAndClaim(ctx, leaseOf(c, w.ID), queue.CompleteInput{}, queue.ClaimRequest{WorkerID: w.ID, PlanID: "stale"})
