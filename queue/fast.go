@@ -85,14 +85,19 @@ var errCareful = errors.New("take the careful path")
 // looked at, so that claimers are not kept from the tasks they want next and long chains
 // do not cost a scan. With no such task, whilly_require aborts the statement, and each
 // completion takes the careful path. A task whose lease does not match is left out of
-// the result (the careful path says why).
+// the result (the careful path says why). No deadlock: the tasks are locked in id order
+// (lk), as every statement that locks several tasks of a plan does, and every update is
+// done before the witness is locked (count(*) over u reads it to the end first), so a
+// statement never waits while it holds a witness.
 const completeUnsettledSQL = `WITH r AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
 		WITH ORDINALITY AS r(rid, rlease, rworker, rresult, rpayload, n)
+), lk AS (
+	SELECT id AS lid FROM tasks WHERE plan_id = $1 AND id = ANY ($2::text[]) ORDER BY id FOR NO KEY UPDATE
 ), u AS (
 	UPDATE tasks SET status = 'DONE', lease_id = NULL, lease_expires_at = NULL,
 		result = r.rresult, last_error = NULL, not_before = NULL, version = version + 1, updated_at = now()
-	FROM r
+	FROM r JOIN lk ON lk.lid = r.rid
 	WHERE plan_id = $1 AND id = r.rid AND lease_id::text = r.rlease AND claimed_by = r.rworker
 	  AND status IN ('CLAIMED', 'IN_PROGRESS') AND lease_expires_at > now()
 	RETURNING ` + taskColumns + `, r.n, r.rpayload
@@ -110,7 +115,7 @@ const completeUnsettledSQL = `WITH r AS (
 	INSERT INTO events (plan_id, task_id, type, payload)
 	SELECT plan_id, id, 'COMPLETE', rpayload || jsonb_build_object('attempt', attempts) FROM u
 )
-SELECT u.*, whilly_require(EXISTS (SELECT 1 FROM ready) OR EXISTS (SELECT 1 FROM running),
+SELECT u.*, whilly_require((SELECT count(*) FROM u) >= 0 AND (EXISTS (SELECT 1 FROM ready) OR EXISTS (SELECT 1 FROM running)),
 	'the plan may be settled by this completion') FROM u`
 
 // completion is a COMPLETE that charges nothing; payload is its event's.

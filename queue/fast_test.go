@@ -221,3 +221,43 @@ func TestHandoffsHandOutEachTaskOnce(t *testing.T) {
 	}
 	assertEndedOnce(t, st, pool, "handoffs", plan.PlanDone, queue.EventPlanDone)
 }
+
+// TestCancelRacingBatchedCompletions: a plan is cancelled while its workers complete at
+// no cost, in batches. Both lock several tasks of the plan; neither may deadlock the
+// other: every completion either goes through or finds its lease gone, and the cancel
+// succeeds.
+func TestCancelRacingBatchedCompletions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := newStore(t)
+	var ws []queue.Worker
+	for range 8 {
+		ws = append(ws, register(t, st))
+	}
+	for round := range 15 {
+		id := fmt.Sprintf("cancel-%02d", round)
+		importTasks(t, st, widePlan(id, 24))
+		claims := make([]*queue.Claim, len(ws))
+		for i, w := range ws {
+			claims[i] = mustClaim(t, st, w, id)
+		}
+		var wg sync.WaitGroup
+		for i, w := range ws {
+			wg.Go(func() {
+				_, _, err := st.CompleteAndClaim(ctx, leaseOf(claims[i], w.ID), queue.CompleteInput{}, queue.ClaimRequest{WorkerID: w.ID, PlanID: id})
+				if err != nil && !errors.Is(err, queue.ErrLeaseLost) {
+					t.Errorf("%s: complete %s: %v", id, claims[i].Task.ID, err)
+				}
+			})
+		}
+		wg.Go(func() {
+			if _, err := st.CancelPlan(ctx, id, "test"); err != nil {
+				t.Errorf("%s: cancel: %v", id, err)
+			}
+		})
+		wg.Wait()
+		if pi, err := st.GetPlan(ctx, id); err != nil || pi.Status != plan.PlanCancelled {
+			t.Fatalf("%s ended %s, %v; want CANCELLED", id, pi.Status, err)
+		}
+	}
+}

@@ -569,7 +569,7 @@ func (s *Store) RetryTasks(ctx context.Context, planID string, taskIDs []string,
 				UPDATE tasks t SET status = 'PENDING', attempts = 0, not_before = NULL, lease_id = NULL,
 				       lease_expires_at = NULL, claimed_by = NULL, version = t.version + 1, updated_at = now()
 				FROM (SELECT id AS tid, status AS old FROM tasks WHERE plan_id = $1
-				      AND status IN ('FAILED', 'CANCELLED') AND ($2::text[] IS NULL OR id = ANY($2)) FOR UPDATE) o
+				      AND status IN ('FAILED', 'CANCELLED') AND ($2::text[] IS NULL OR id = ANY($2)) ORDER BY id FOR UPDATE) o
 				WHERE t.plan_id = $1 AND t.id = o.tid AND t.status = o.old
 				RETURNING t.id, t.ord, o.old
 			), ev AS (

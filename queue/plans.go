@@ -637,7 +637,7 @@ func (s *Store) ResetPlan(ctx context.Context, planID string, hard bool) (ResetR
 				       lease_expires_at = NULL, claimed_by = NULL, last_error = NULL, result = NULL,
 				       version = version + 1, updated_at = now()
 				FROM (SELECT id AS tid, status AS old FROM tasks
-				      WHERE plan_id = $1 AND status IN ('DONE', 'FAILED', 'SKIPPED', 'CANCELLED') FOR UPDATE) o
+				      WHERE plan_id = $1 AND status IN ('DONE', 'FAILED', 'SKIPPED', 'CANCELLED') ORDER BY id FOR UPDATE) o
 				WHERE plan_id = $1 AND id = o.tid AND tasks.status = o.old
 				RETURNING id, ord, o.old
 			), ev AS (

@@ -338,7 +338,7 @@ func (s *Store) CancelPlan(ctx context.Context, planID, reason string) (int, err
 				UPDATE tasks t SET status = 'CANCELLED', lease_id = NULL, lease_expires_at = NULL,
 				       version = t.version + 1, updated_at = now()
 				FROM (SELECT id AS tid, status AS old FROM tasks WHERE plan_id = $1
-				      AND status IN ('PENDING', 'CLAIMED', 'IN_PROGRESS') FOR UPDATE) o
+				      AND status IN ('PENDING', 'CLAIMED', 'IN_PROGRESS') ORDER BY id FOR UPDATE) o
 				WHERE t.plan_id = $1 AND t.id = o.tid AND t.status = o.old
 				RETURNING t.id, t.ord, o.old
 			), ev AS (
