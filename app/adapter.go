@@ -216,9 +216,11 @@ func (c *ghClient) EditPullBody(ctx context.Context, repo Repo, number int, body
 	return mapErr(fmt.Sprintf("edit pull request %s#%d", repo, number), resp, err)
 }
 
-// markReadyMutation is the one GraphQL call whilly makes: REST cannot take a pull
-// request out of draft.
-const markReadyMutation = `mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { number isDraft } } }`
+// The GraphQL calls whilly makes: REST cannot move a pull request in or out of draft.
+const (
+	markReadyMutation = `mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { number isDraft } } }`
+	toDraftMutation   = `mutation($id: ID!) { convertPullRequestToDraft(input: {pullRequestId: $id}) { pullRequest { number isDraft } } }`
+)
 
 // graphQLError is one entry of a GraphQL answer's errors.
 type graphQLError struct {
@@ -227,22 +229,29 @@ type graphQLError struct {
 }
 
 func (c *ghClient) MarkPullReady(ctx context.Context, nodeID string) error {
-	op := "mark pull request " + nodeID + " ready for review"
+	return c.setDraft(ctx, nodeID, false)
+}
+
+func (c *ghClient) ConvertPullToDraft(ctx context.Context, nodeID string) error {
+	return c.setDraft(ctx, nodeID, true)
+}
+
+// setDraft moves the pull request nodeID into draft or out of it. A pull request already
+// where it should be is no error.
+func (c *ghClient) setDraft(ctx context.Context, nodeID string, draft bool) error {
+	op, query, field, already := "mark pull request "+nodeID+" ready for review", markReadyMutation, "markPullRequestReadyForReview", "not a draft"
+	if draft {
+		op, query, field, already = "convert pull request "+nodeID+" to a draft", toDraftMutation, "convertPullRequestToDraft", "already a draft"
+	}
 	req, err := c.gh.NewRequest(http.MethodPost, c.graphQL, map[string]any{
-		"query": markReadyMutation, "variables": map[string]any{"id": nodeID},
+		"query": query, "variables": map[string]any{"id": nodeID},
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	var out struct {
-		Data struct {
-			Mark *struct {
-				PullRequest struct {
-					IsDraft bool `json:"isDraft"`
-				} `json:"pullRequest"`
-			} `json:"markPullRequestReadyForReview"`
-		} `json:"data"`
-		Errors []graphQLError `json:"errors"`
+		Data   map[string]*struct{ PullRequest struct{ IsDraft bool } } `json:"data"`
+		Errors []graphQLError                                            `json:"errors"`
 	}
 	resp, err := c.gh.Do(ctx, req, &out)
 	if err != nil {
@@ -254,15 +263,15 @@ func (c *ghClient) MarkPullReady(ctx context.Context, nodeID string) error {
 			return fmt.Errorf("%s: %w", op, ErrNotFound)
 		case e.Type == "RATE_LIMITED":
 			return fmt.Errorf("%s: %w", op, &RateLimitError{Status: http.StatusOK, Wait: time.Minute})
-		case strings.Contains(strings.ToLower(e.Message), "not a draft"):
+		case strings.Contains(strings.ToLower(e.Message), already):
 			return nil
 		}
 	}
 	if len(out.Errors) > 0 {
 		return fmt.Errorf("%s: GraphQL: %s", op, out.Errors[0].Message)
 	}
-	if out.Data.Mark == nil || out.Data.Mark.PullRequest.IsDraft {
-		return fmt.Errorf("%s: GitHub left it a draft", op)
+	if got := out.Data[field]; got == nil || got.PullRequest.IsDraft != draft {
+		return fmt.Errorf("%s: GitHub did not change it", op)
 	}
 	return nil
 }

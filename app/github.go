@@ -223,6 +223,9 @@ type Client interface {
 	// MarkPullReady turns a draft pull request ready for review (GraphQL: REST has no
 	// way to do it). A pull request that is no draft is no error.
 	MarkPullReady(ctx context.Context, nodeID string) error
+	// ConvertPullToDraft turns a pull request ready for review back into a draft
+	// (GraphQL). A draft is no error.
+	ConvertPullToDraft(ctx context.Context, nodeID string) error
 	// Dispatch sends a repository_dispatch event of eventType with payload as its
 	// client_payload.
 	Dispatch(ctx context.Context, repo Repo, eventType string, payload map[string]any) error

@@ -168,8 +168,9 @@ func (m *Mirror) syncPull(ctx context.Context, c Client, ref IssueRef, pi queue.
 	return pr, nil
 }
 
-// openPull finds the open pull request of the issue's branch, or opens a draft one to
-// the repository's default branch, and records it for the plan.
+// openPull finds the open pull request of the issue's branch (turned back into a draft
+// if a finished plan left it ready), or opens a draft one to the repository's default
+// branch, and records it for the plan.
 func (m *Mirror) openPull(ctx context.Context, c Client, ref IssueRef, repo Repo, pi queue.PlanInfo, body string, sum []byte) (*queue.PullRequest, error) {
 	branch := Branch(ref)
 	found, err := c.FindPull(ctx, repo, branch)
@@ -179,6 +180,19 @@ func (m *Mirror) openPull(ctx context.Context, c Client, ref IssueRef, repo Repo
 	}
 	if err != nil {
 		return nil, err
+	}
+	if reused && !found.Draft {
+		// A plan before this one finished and left it ready for review; this one is not
+		// done. Where GitHub has no drafts the pull request stays as it is.
+		var rl *RateLimitError
+		switch err := c.ConvertPullToDraft(ctx, found.NodeID); {
+		case err == nil:
+			found.Draft = true
+		case errors.As(err, &rl):
+			return nil, err
+		default:
+			m.log.WarnContext(ctx, "could not turn the reused pull request back into a draft", "plan_id", pi.ID, "number", found.Number, "error", err)
+		}
 	}
 	pr := &queue.PullRequest{PlanID: pi.ID, Repo: repo.String(), Number: found.Number, NodeID: found.NodeID,
 		URL: found.URL, Branch: branch, State: queue.PullOpen, Draft: found.Draft}

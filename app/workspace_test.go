@@ -226,6 +226,15 @@ func TestPullRequestCallsAndDispatch(t *testing.T) {
 	if err != nil || got.Draft || got.Body != "Closes #12\n\n- [x] done" || got.State != "open" {
 		t.Errorf("pull request after edit and ready = %+v, %v", got, err)
 	}
+	if err := c.ConvertPullToDraft(ctx, p.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.GetPull(ctx, r, 13); err != nil || !got.Draft {
+		t.Errorf("pull request after its conversion to a draft = %+v, %v", got, err)
+	}
+	if err := c.ConvertPullToDraft(ctx, "PR_nope"); !errors.Is(err, app.ErrNotFound) {
+		t.Errorf("draft of an unknown node = %v, want ErrNotFound", err)
+	}
 	if err := c.Dispatch(ctx, r, app.DispatchEventType, map[string]any{"plan": "gh/octo/shop/12"}); err != nil {
 		t.Fatal(err)
 	}

@@ -225,9 +225,14 @@ func TestIssueBecomesCommitsOnItsBranchAndOnePullRequest(t *testing.T) {
 	if n := e.gh.CountRequests("POST", `/repos/Codertocat/Hello-World/pulls`); n != 1 {
 		t.Errorf("%d pull requests created, want 1", n)
 	}
+	// The first plan left it ready for review; the second turned it back into a draft
+	// while it worked, and made it ready again when it was done.
 	opened := e.events(second.ID, queue.EventPullOpened)
-	if len(opened) != 1 || !strings.Contains(string(opened[0].Payload), `"reused": true`) {
-		t.Errorf("second plan's pr.opened = %+v, want one, reused", opened)
+	if len(opened) != 1 || !strings.Contains(string(opened[0].Payload), `"reused": true`) || !strings.Contains(string(opened[0].Payload), `"draft": true`) {
+		t.Errorf("second plan's pr.opened = %+v, want one, reused, a draft again", opened)
+	}
+	if n := len(e.events(second.ID, queue.EventPullReady)); n != 1 {
+		t.Errorf("second plan: %d pr.ready events, want 1", n)
 	}
 	if body := e.commentOf(second.ID); !strings.Contains(body, fmt.Sprintf("[#%d]", pr.Number)) {
 		t.Errorf("second status comment does not link #%d:\n%s", pr.Number, body)

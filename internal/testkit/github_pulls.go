@@ -357,8 +357,8 @@ func (g *GitHub) dispatch(w http.ResponseWriter, req *http.Request, inst int64, 
 	return http.StatusNoContent
 }
 
-// graphQL answers the one mutation whilly sends, markPullRequestReadyForReview; any
-// other query fails the test.
+// graphQL answers the mutations whilly sends, markPullRequestReadyForReview and
+// convertPullRequestToDraft; any other query fails the test.
 func (g *GitHub) graphQL(w http.ResponseWriter, req *http.Request, inst int64, _ []string) int {
 	var in struct {
 		Query     string         `json:"query"`
@@ -367,7 +367,12 @@ func (g *GitHub) graphQL(w http.ResponseWriter, req *http.Request, inst int64, _
 	if err := json.NewDecoder(req.Body).Decode(&in); err != nil {
 		return writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Problems parsing JSON"})
 	}
-	if !strings.Contains(in.Query, "markPullRequestReadyForReview") {
+	field, draft := "markPullRequestReadyForReview", false
+	switch {
+	case strings.Contains(in.Query, field):
+	case strings.Contains(in.Query, "convertPullRequestToDraft"):
+		field, draft = "convertPullRequestToDraft", true
+	default:
 		g.t.Errorf("fake GitHub: unknown GraphQL query %q", in.Query)
 		return writeJSON(w, http.StatusOK, map[string]any{"errors": []map[string]string{{"message": "unknown query in the fake"}}})
 	}
@@ -380,13 +385,13 @@ func (g *GitHub) graphQL(w http.ResponseWriter, req *http.Request, inst int64, _
 		}
 		for _, p := range r.pulls {
 			if p.NodeID == id {
-				p.Draft = false
-				return writeJSON(w, http.StatusOK, map[string]any{"data": map[string]any{"markPullRequestReadyForReview": map[string]any{
-					"pullRequest": map[string]any{"number": p.Number, "isDraft": false}}}})
+				p.Draft = draft
+				return writeJSON(w, http.StatusOK, map[string]any{"data": map[string]any{field: map[string]any{
+					"pullRequest": map[string]any{"number": p.Number, "isDraft": draft}}}})
 			}
 		}
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"data": map[string]any{"markPullRequestReadyForReview": nil},
+	return writeJSON(w, http.StatusOK, map[string]any{"data": map[string]any{field: nil},
 		"errors": []map[string]string{{"type": "NOT_FOUND", "message": "Could not resolve to a node with the global id of '" + id + "'"}}})
 }
 
