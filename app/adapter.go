@@ -251,7 +251,7 @@ func (c *ghClient) setDraft(ctx context.Context, nodeID string, draft bool) erro
 	}
 	var out struct {
 		Data   map[string]*struct{ PullRequest struct{ IsDraft bool } } `json:"data"`
-		Errors []graphQLError                                            `json:"errors"`
+		Errors []graphQLError                                           `json:"errors"`
 	}
 	resp, err := c.gh.Do(ctx, req, &out)
 	if err != nil {
