@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +27,21 @@ func (a *app) databaseURL(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", envf("start the embedded database: %w", err)
 	}
+	shareCores()
 	return c.URL, nil
+}
+
+// shareCores leaves a core to the embedded Postgres, which runs on this machine and does
+// the work whilly waits on: Go's idle threads spin looking for work, and on a small
+// machine they take the database's CPU (on 2 cores, bench claims made about 15% more
+// claims per second with GOMAXPROCS=1). GOMAXPROCS set in the environment wins.
+func shareCores() {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	if n := runtime.NumCPU() - 1; n >= 1 && n < runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
+	}
 }
 
 func (a *app) dataDir() string {
