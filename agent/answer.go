@@ -127,6 +127,13 @@ func (p *fencedPrompt) fence(kind, text string, limit int) {
 
 // list writes items as a fenced list, numbered or with dashes.
 func (p *fencedPrompt) list(kind string, items []string, numbered bool) {
+	// The items are sanitised one by one; the limit only guards the whole.
+	p.fence(kind, listItems(items, numbered), maxPromptItems*(maxPromptItem+16))
+}
+
+// listItems renders items, each sanitised, one a line, numbered or with dashes, at most
+// maxPromptItems of them.
+func listItems(items []string, numbered bool) string {
 	var l strings.Builder
 	for i, it := range items {
 		if i == maxPromptItems {
@@ -141,8 +148,7 @@ func (p *fencedPrompt) list(kind string, items []string, numbered bool) {
 		l.WriteString(strings.ReplaceAll(sanitizeUntrusted(it, maxPromptItem), "\n", "\n   "))
 		l.WriteByte('\n')
 	}
-	// The items are sanitised one by one; the limit only guards the whole.
-	p.fence(kind, l.String(), maxPromptItems*(maxPromptItem+16))
+	return l.String()
 }
 
 func (p *fencedPrompt) String() string { return p.b.String() }

@@ -93,23 +93,7 @@ func BuildPrompt(in PromptInput) (string, error) {
 		}
 		w("</untrusted-data nonce=%q>\n", nonce)
 	}
-	list := func(kind string, items []string, numbered bool) {
-		var l strings.Builder
-		for i, it := range items {
-			if i == maxPromptItems {
-				fmt.Fprintf(&l, "[%d more not shown]\n", len(items)-i)
-				break
-			}
-			if numbered {
-				fmt.Fprintf(&l, "%d. ", i+1)
-			} else {
-				l.WriteString("- ")
-			}
-			l.WriteString(strings.ReplaceAll(sanitizeUntrusted(it, maxPromptItem), "\n", "\n   "))
-			l.WriteByte('\n')
-		}
-		fence(kind, l.String())
-	}
+	list := func(kind string, items []string, numbered bool) { fence(kind, listItems(items, numbered)) }
 
 	attempt := max(in.Attempt, 1)
 	w("You are a coding agent run by whilly. Complete exactly one task: task %s of plan %s", in.TaskID, in.PlanID)
