@@ -29,19 +29,10 @@ const (
 // (any case) outside fenced code and quotes. A bare /whilly is help. One comment runs at
 // most one command.
 func ParseCommand(body string) (Command, bool) {
-	fence := ""
+	var code codeFences
 	for _, line := range strings.Split(body, "\n") {
 		line = strings.TrimRight(line, "\r")
-		if m := fenceRe.FindStringSubmatch(line); m != nil {
-			switch {
-			case fence == "":
-				fence = m[1]
-			case strings.HasPrefix(m[1], fence[:1]) && len(m[1]) >= len(fence):
-				fence = ""
-			}
-			continue
-		}
-		if fence != "" {
+		if code.skip(line) {
 			continue
 		}
 		t := strings.TrimSpace(line)

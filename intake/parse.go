@@ -66,22 +66,30 @@ func sectionKind(title string) string {
 	return ""
 }
 
+// codeFences follows the fenced code blocks of markdown read line by line.
+type codeFences struct{ open string } // the opening fence of the block we are in, or ""
+
+// skip reports whether line is a fence or inside a fenced block.
+func (c *codeFences) skip(line string) bool {
+	if m := fenceRe.FindStringSubmatch(line); m != nil {
+		switch {
+		case c.open == "":
+			c.open = m[1]
+		case strings.HasPrefix(m[1], c.open[:1]) && len(m[1]) >= len(c.open):
+			c.open = ""
+		}
+		return true
+	}
+	return c.open != ""
+}
+
 // parseSections reads the markdown body, ignoring fenced code.
 func parseSections(body string) sections {
 	var s sections
 	kind := ""
-	fence := ""
+	var code codeFences
 	for _, line := range strings.Split(strings.ReplaceAll(body, "\r\n", "\n"), "\n") {
-		if m := fenceRe.FindStringSubmatch(line); m != nil {
-			switch {
-			case fence == "":
-				fence = m[1]
-			case strings.HasPrefix(m[1], fence[:1]) && len(m[1]) >= len(fence):
-				fence = ""
-			}
-			continue
-		}
-		if fence != "" {
+		if code.skip(line) {
 			continue
 		}
 		if m := headingRe.FindStringSubmatch(line); m != nil {
