@@ -130,24 +130,11 @@ func (ws *Workspaces) GC(ctx context.Context, opt GCOptions) (GCResult, error) {
 		}
 		return true, removeLocked(w.Dir, w.lockPath, lock)
 	}
-	kept := list[:0]
-	for _, w := range list {
-		if opt.MaxAge > 0 && now.Sub(w.LastUsed) > opt.MaxAge {
-			ok, err := remove(w)
-			if err != nil {
-				return res, err
-			}
-			if ok {
-				res.Removed = append(res.Removed, w)
-				total -= w.Bytes
-				continue
-			}
-		}
-		kept = append(kept, w)
-	}
 	var final []WorkspaceInfo
-	for _, w := range kept { // least recently used first
-		if opt.MaxSize > 0 && total > opt.MaxSize {
+	// Least recently used first: the ones older than MaxAge come before all others.
+	for _, w := range list {
+		tooOld := opt.MaxAge > 0 && now.Sub(w.LastUsed) > opt.MaxAge
+		if tooOld || (opt.MaxSize > 0 && total > opt.MaxSize) {
 			ok, err := remove(w)
 			if err != nil {
 				return res, err
