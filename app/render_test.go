@@ -111,20 +111,7 @@ func TestPullBodyGolden(t *testing.T) {
 	t.Parallel()
 	for name, v := range pullViews() {
 		got := app.RenderPull(v)
-		path := filepath.Join("testdata", "pull_"+name+".golden.md")
-		if *update {
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (run go test ./app -run Golden -update)", err)
-		}
-		if got != string(want) {
-			t.Errorf("%s: rendered pull request body differs from %s (go test ./app -run Golden -update):\n%s", name, path, got)
-		}
+		golden(t, name, "pull_"+name+".golden.md", "rendered pull request body", got)
 		if !strings.HasPrefix(got, fmt.Sprintf("Closes #%d\n", v.Issue)) || len(got) > 65536 {
 			t.Errorf("%s: body does not start with Closes #%d, or is over GitHub's limit", name, v.Issue)
 		}
@@ -137,21 +124,26 @@ func TestPullBodyGolden(t *testing.T) {
 func TestStatusCommentGolden(t *testing.T) {
 	t.Parallel()
 	for name, v := range views() {
-		got := app.RenderStatus(v)
-		path := filepath.Join("testdata", "status_"+name+".golden.md")
-		if *update {
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
+		golden(t, name, "status_"+name+".golden.md", "rendered comment", app.RenderStatus(v))
+	}
+}
+
+// golden compares got with testdata/file, or writes it there with -update.
+func golden(t *testing.T, name, file, what, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", file)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
 		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (run go test ./app -run Golden -update)", err)
-		}
-		if got != string(want) {
-			t.Errorf("%s: rendered comment differs from %s (go test ./app -run Golden -update):\n%s", name, path, got)
-		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./app -run Golden -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s: %s differs from %s (go test ./app -run Golden -update):\n%s", name, what, path, got)
 	}
 }
 
