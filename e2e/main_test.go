@@ -229,6 +229,14 @@ func newCluster(t *testing.T, env ...string) *cluster {
 }
 
 // serve starts `whilly serve` on addr and waits until it is ready.
+// serveOne starts one `whilly serve` on a free loopback port and returns its base URL.
+func (c *cluster) serveOne() string {
+	c.t.Helper()
+	addr := freeAddr(c.t)
+	c.serve("serve", addr)
+	return "http://" + addr
+}
+
 func (c *cluster) serve(name, addr string) *proc {
 	c.t.Helper()
 	env := append([]string{"WHILLY_DATABASE_URL=" + c.dsn, "WHILLY_BOOTSTRAP_TOKEN=" + bootstrapToken}, c.env...)

@@ -17,9 +17,7 @@ import (
 func TestServeAndThreeWorkersDrainAPlan(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	addr := freeAddr(t)
-	c.serve("serve", addr)
-	base := "http://" + addr
+	base := c.serveOne()
 	const n = 30
 	c.importPlan(base, planDoc("drain", n, 0))
 
@@ -64,9 +62,7 @@ func TestServeAndThreeWorkersDrainAPlan(t *testing.T) {
 func TestSIGKILLedWorkersTaskIsRerunElsewhere(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "WHILLY_LEASE_TTL=2s")
-	addr := freeAddr(t)
-	c.serve("serve", addr)
-	base := "http://" + addr
+	base := c.serveOne()
 	c.importPlan(base, planDoc("sigkill", 1, 0))
 
 	dir := t.TempDir()
@@ -148,9 +144,7 @@ fi`)
 func TestSIGTERMReleasesTheTaskAndExitsZero(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	addr := freeAddr(t)
-	c.serve("serve", addr)
-	base := "http://" + addr
+	base := c.serveOne()
 	c.importPlan(base, planDoc("sigterm", 1, 0))
 
 	dir := t.TempDir()
@@ -198,9 +192,7 @@ func TestSIGTERMReleasesTheTaskAndExitsZero(t *testing.T) {
 func TestTimedOutAgentIsKilledWithItsChildren(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	addr := freeAddr(t)
-	c.serve("serve", addr)
-	base := "http://" + addr
+	base := c.serveOne()
 	c.importPlan(base, planDoc("timeout", 1, 1))
 
 	dir := t.TempDir()
@@ -260,9 +252,7 @@ wait`)
 func TestWorkerOnAFinishedPlanDoesNotSpin(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	addr := freeAddr(t)
-	c.serve("serve", addr)
-	base := "http://" + addr
+	base := c.serveOne()
 	c.importPlan(base, planDoc("finished", 1, 0))
 	first := c.worker("worker-once", base, []string{"WHILLY_AGENT=sim"}, "--plan", "finished", "--once")
 	if code := first.wait(t, 60*time.Second); code != 0 {
