@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin
 GOLANGCI  := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
-.PHONY: help build test test-short lint bench demo clean
+.PHONY: help build test test-short lint bench demo clean docs
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -21,6 +21,9 @@ lint: ## gofmt, go vet and golangci-lint
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) run $(GOLANGCI) run ./...
+
+docs: ## regenerate the configuration table in README.md and docs/configuration.md
+	$(GO) generate ./internal/config
 
 bench: ## Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...

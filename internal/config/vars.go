@@ -1,0 +1,248 @@
+package config
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/whilly-go/whilly/plan"
+)
+
+// The variables. Keep the names exactly (SPEC §14); add freely.
+const (
+	DatabaseURL    Name = "WHILLY_DATABASE_URL"
+	DataDir        Name = "WHILLY_DATA_DIR"
+	Listen         Name = "WHILLY_LISTEN"
+	PublicURL      Name = "WHILLY_PUBLIC_URL"
+	BootstrapToken Name = "WHILLY_BOOTSTRAP_TOKEN"
+	MetricsToken   Name = "WHILLY_METRICS_TOKEN"
+	APIToken       Name = "WHILLY_API_TOKEN"
+	LogLevel       Name = "WHILLY_LOG_LEVEL"
+	LogFormat      Name = "WHILLY_LOG_FORMAT"
+	LeaseTTL       Name = "WHILLY_LEASE_TTL"
+	MaxAttempts    Name = "WHILLY_MAX_ATTEMPTS"
+
+	ControlURL   Name = "WHILLY_CONTROL_URL"
+	WorkerToken  Name = "WHILLY_WORKER_TOKEN"
+	WorkerID     Name = "WHILLY_WORKER_ID"
+	Plan         Name = "WHILLY_PLAN"
+	WorkspaceDir Name = "WHILLY_WORKSPACE_DIR"
+
+	Agent        Name = "WHILLY_AGENT"
+	AgentCmd     Name = "WHILLY_AGENT_CMD"
+	AgentTimeout Name = "WHILLY_AGENT_TIMEOUT"
+	Model        Name = "WHILLY_MODEL"
+	ClaudeBin    Name = "CLAUDE_BIN"
+	CodexBin     Name = "CODEX_BIN"
+	PricesFile   Name = "WHILLY_PRICES_FILE"
+	SimDelay     Name = "WHILLY_SIM_DELAY"
+	SimCost      Name = "WHILLY_SIM_COST"
+	SimFailRate  Name = "WHILLY_SIM_FAIL_RATE"
+
+	Sandbox           Name = "WHILLY_SANDBOX"
+	SandboxAllowHosts Name = "WHILLY_SANDBOX_ALLOW_HOSTS"
+	SandboxNet        Name = "WHILLY_SANDBOX_NET"
+	AgentEnv          Name = "WHILLY_AGENT_ENV"
+	ProtectedPaths    Name = "WHILLY_PROTECTED_PATHS"
+	DiffMaxBytes      Name = "WHILLY_DIFF_MAX_BYTES"
+
+	Planner        Name = "WHILLY_PLANNER"
+	PlannerTimeout Name = "WHILLY_PLANNER_TIMEOUT"
+	TrizEnabled    Name = "WHILLY_TRIZ_ENABLED"
+	TrizTimeout    Name = "WHILLY_TRIZ_TIMEOUT"
+	TrizAgent      Name = "WHILLY_TRIZ_AGENT"
+	TrizModel      Name = "WHILLY_TRIZ_MODEL"
+
+	GitHubAppID             Name = "WHILLY_GITHUB_APP_ID"
+	GitHubPrivateKey        Name = "WHILLY_GITHUB_PRIVATE_KEY"
+	GitHubWebhookSecret     Name = "WHILLY_GITHUB_WEBHOOK_SECRET"
+	GitHubAPIURL            Name = "WHILLY_GITHUB_API_URL"
+	GitHubToken             Name = "WHILLY_GITHUB_TOKEN"
+	GitHubDeliveries        Name = "WHILLY_GITHUB_DELIVERIES"
+	GitHubMirrorInterval    Name = "WHILLY_GITHUB_MIRROR_INTERVAL"
+	GitHubReconcileInterval Name = "WHILLY_GITHUB_RECONCILE_INTERVAL"
+	GitHubBudgetUSD         Name = "WHILLY_GITHUB_BUDGET_USD"
+	GitHubAllowedOwners     Name = "WHILLY_GITHUB_ALLOWED_OWNERS"
+	RequireApproval         Name = "WHILLY_REQUIRE_APPROVAL"
+	PRMaxRounds             Name = "WHILLY_PR_MAX_ROUNDS"
+	DispatchActions         Name = "WHILLY_DISPATCH_ACTIONS"
+	DispatchInterval        Name = "WHILLY_DISPATCH_INTERVAL"
+)
+
+// AgentNames are the built-in agents (a test in package agent keeps them equal to
+// agent.Names).
+func AgentNames() []string { return []string{"claude", "codex", "command", "sim"} }
+
+// Section titles group the table in docs and help, in this order.
+const (
+	secServer  = "Server"
+	secWorker  = "Worker"
+	secAgent   = "Agent"
+	secSandbox = "Sandbox and diff gate"
+	secPlan    = "Planning and failure analysis"
+	secGitHub  = "GitHub App"
+)
+
+// Sections returns the section titles in table order.
+func Sections() []string {
+	return []string{secServer, secWorker, secAgent, secSandbox, secPlan, secGitHub}
+}
+
+// Vars returns the table, grouped by Section. Every call builds a fresh slice.
+func Vars() []Var {
+	db := []Command{Any}
+	srv := []Command{Serve, Run}
+	wrk := []Command{Worker, Run}
+	agt := []Command{Worker, Run, Serve, Init, Forge}
+	gh := []Command{Serve, Run, Forge, Doctor}
+	return []Var{
+		// Server
+		{Name: DatabaseURL, Section: secServer, Kind: KindURL, Schemes: []string{"postgres", "postgresql"}, Commands: db,
+			DefaultText: "the embedded cluster", Doc: "Postgres URL (postgres://…); unset: a private cluster in WHILLY_DATA_DIR on a unix socket"},
+		{Name: DataDir, Section: secServer, Kind: KindPath, Commands: db,
+			DefaultText: "$XDG_DATA_HOME/whilly, else ~/.local/share/whilly", Doc: "data directory: the embedded cluster, attempt logs, the App file of `whilly app create`"},
+		{Name: Listen, Section: secServer, Kind: KindAddr, Default: "127.0.0.1:8000", Commands: []Command{Serve},
+			Doc: "address `whilly serve` listens on (`--listen` wins)"},
+		{Name: PublicURL, Section: secServer, Kind: KindURL, Commands: []Command{Serve, Run, Forge, AppCmd, Doctor},
+			Doc: "the control plane's external URL: links in GitHub comments, the App's webhook URL"},
+		{Name: BootstrapToken, Section: secServer, Kind: KindSecret, Commands: []Command{Serve, Run, Worker, Register},
+			Doc: "registrar secret: lets workers register (`POST /v1/workers/register`) and nothing else"},
+		{Name: MetricsToken, Section: secServer, Kind: KindSecret, Commands: srv,
+			Doc: "bearer token `/metrics` requires; when set, metrics also carry plan labels"},
+		{Name: APIToken, Section: secServer, Kind: KindSecret, Commands: []Command{Dashboard, Events},
+			Doc: "read token of `whilly dashboard --connect` and `whilly events tail --connect`"},
+		{Name: LogLevel, Section: secServer, Kind: KindEnum, Values: []string{"debug", "info", "warn", "error"},
+			Commands: []Command{Any, Worker}, DefaultText: "info for serve and whilly-worker, warn for other commands",
+			Doc: "least severe log level written to stderr"},
+		{Name: LogFormat, Section: secServer, Kind: KindEnum, Values: []string{"text", "json"}, Default: "text",
+			Commands: []Command{Any, Worker}, Doc: "log format: `text` (key=value) or `json` (one object a line)"},
+		{Name: LeaseTTL, Section: secServer, Kind: KindDuration, Default: "60s", Commands: db,
+			Doc: "lease lifetime of a claim; heartbeats extend it"},
+		{Name: MaxAttempts, Section: secServer, Kind: KindInt, Default: "3", Min: 1, Max: float64(plan.MaxMaxAttempts), Commands: db,
+			Doc: "attempt limit of tasks whose plan names none"},
+
+		// Worker
+		{Name: ControlURL, Section: secWorker, Kind: KindURL, Commands: []Command{Worker, Register},
+			Doc: "control plane URL (`--connect` wins); plain http only to loopback unless `--insecure`"},
+		{Name: WorkerToken, Section: secWorker, Kind: KindSecret, Commands: []Command{Worker},
+			Doc: "worker token printed by `whilly worker register`"},
+		{Name: WorkerID, Section: secWorker, Kind: KindString, Commands: []Command{Worker},
+			Doc: "worker id printed by `whilly worker register`"},
+		{Name: Plan, Section: secWorker, Kind: KindString, Commands: []Command{Worker},
+			Doc: "claim only from this plan (`--plan` wins)"},
+		{Name: WorkspaceDir, Section: secWorker, Kind: KindPath, Commands: wrk,
+			DefaultText: "<user cache dir>/whilly/workspaces", Doc: "per-plan checkouts of repository plans"},
+
+		// Agent
+		{Name: Agent, Section: secAgent, Kind: KindEnum, Values: AgentNames(), Default: "claude", Commands: wrk,
+			Doc: "agent that runs tasks (`--agent` wins)"},
+		{Name: AgentCmd, Section: secAgent, Kind: KindString, Commands: agt,
+			Doc: "executable of the `command` agent: prompt on stdin, one JSON result on stdout"},
+		{Name: AgentTimeout, Section: secAgent, Kind: KindDuration, Default: "30m", Commands: wrk,
+			Doc: "time limit of one attempt; the agent's whole process group is killed after it"},
+		{Name: Model, Section: secAgent, Kind: KindString, Commands: agt,
+			Doc: "model passed to the agent (`--model` wins)"},
+		{Name: ClaudeBin, Section: secAgent, Kind: KindString, Default: "claude", Commands: agt,
+			Doc: "Claude Code executable"},
+		{Name: CodexBin, Section: secAgent, Kind: KindString, Default: "codex", Commands: agt,
+			Doc: "OpenAI Codex CLI executable"},
+		{Name: PricesFile, Section: secAgent, Kind: KindFile, Commands: agt,
+			Doc: "per-model token prices (JSON) for agents that report tokens, not USD"},
+		{Name: SimDelay, Section: secAgent, Kind: KindDuration, Default: "0", ZeroOK: true, Commands: []Command{Worker},
+			Doc: "`sim` agent of whilly-worker: how long each attempt takes"},
+		{Name: SimCost, Section: secAgent, Kind: KindUSD, Default: "0", Commands: []Command{Worker},
+			Doc: "`sim` agent of whilly-worker: USD each attempt costs"},
+		{Name: SimFailRate, Section: secAgent, Kind: KindNumber, Default: "0", Min: 0, Max: 1, Commands: []Command{Worker},
+			Doc: "`sim` agent of whilly-worker: share of attempts that fail"},
+
+		// Sandbox and diff gate
+		{Name: Sandbox, Section: secSandbox, Kind: KindEnum, Values: []string{"bwrap", "none"}, Commands: wrk,
+			DefaultText: "bwrap where bubblewrap works", Doc: "`bwrap` runs each agent under bubblewrap; `none` turns the sandbox off (warned about)"},
+		{Name: SandboxAllowHosts, Section: secSandbox, Kind: KindList, Commands: wrk,
+			DefaultText: "the agent's model API host", Doc: "hosts the agent may reach (comma list)"},
+		{Name: SandboxNet, Section: secSandbox, Kind: KindEnum, Values: []string{"proxy", "none", "host"}, Default: "proxy", Commands: wrk,
+			Doc: "agent network: `proxy` (only the allowed hosts), `none`, or `host`"},
+		{Name: AgentEnv, Section: secSandbox, Kind: KindList, Commands: wrk,
+			Doc: "names of extra environment variables passed into the sandbox (comma list)"},
+		{Name: ProtectedPaths, Section: secSandbox, Kind: KindList, Default: ".github/**,.gitmodules", Commands: wrk,
+			Doc: "globs an attempt's diff may not touch (comma list)"},
+		{Name: DiffMaxBytes, Section: secSandbox, Kind: KindInt, Default: "5242880", Min: 1, Max: 1 << 40, Commands: wrk,
+			Doc: "bytes an attempt may add or change, all files together (5 MiB)"},
+
+		// Planning and failure analysis
+		{Name: Planner, Section: secPlan, Kind: KindEnum, Values: AgentNames(), Commands: []Command{Serve, Run, Init, Forge},
+			DefaultText: "claude for `whilly init`; none for issues", Doc: "planner agent that turns an idea or an issue into a plan"},
+		{Name: PlannerTimeout, Section: secPlan, Kind: KindDuration, Default: "10m", Commands: []Command{Serve, Run, Init, Forge},
+			Doc: "time limit of one planner run"},
+		{Name: TrizEnabled, Section: secPlan, Kind: KindBool, Default: "0", Commands: srv,
+			Doc: "`1`: analyse every failed attempt for a contradiction (TRIZ)"},
+		{Name: TrizTimeout, Section: secPlan, Kind: KindDuration, Default: "25s", Commands: srv,
+			Doc: "time limit of one analysis"},
+		{Name: TrizAgent, Section: secPlan, Kind: KindEnum, Values: AgentNames(), Commands: srv,
+			DefaultText: "WHILLY_AGENT, else claude", Doc: "analyzer agent"},
+		{Name: TrizModel, Section: secPlan, Kind: KindString, Commands: srv,
+			DefaultText: "WHILLY_MODEL", Doc: "analyzer model"},
+
+		// GitHub App
+		{Name: GitHubAppID, Section: secGitHub, Kind: KindString, Commands: gh, Check: positiveInt,
+			Needs: []Name{GitHubPrivateKey, GitHubWebhookSecret}, Doc: "the App's numeric id; with it `whilly serve` runs the App"},
+		{Name: GitHubPrivateKey, Section: secGitHub, Kind: KindSecret, Commands: gh, Check: privateKey,
+			Doc: "the App's private key (PEM; `\\n` escapes allowed)"},
+		{Name: GitHubWebhookSecret, Section: secGitHub, Kind: KindSecret, Commands: []Command{Serve, Run, Doctor},
+			Doc: "the App's webhook secret; deliveries without its signature get 401"},
+		{Name: GitHubAPIURL, Section: secGitHub, Kind: KindURL, Default: "https://api.github.com/", Commands: gh,
+			Doc: "REST base URL (GitHub Enterprise Server: https://HOST/api/v3/)"},
+		{Name: GitHubToken, Section: secGitHub, Kind: KindSecret, Commands: []Command{Forge},
+			Doc: "a token for `whilly forge intake` without an App"},
+		{Name: GitHubDeliveries, Section: secGitHub, Kind: KindEnum, Values: []string{"push", "pull"}, Default: "push", Commands: srv,
+			Doc: "`push`: GitHub posts to `/webhook`; `pull`: poll the App's delivery log (no public URL needed)"},
+		{Name: GitHubMirrorInterval, Section: secGitHub, Kind: KindDuration, Default: "3s", Commands: srv,
+			Doc: "status comment edits of a plan are coalesced to one per interval"},
+		{Name: GitHubReconcileInterval, Section: secGitHub, Kind: KindDuration, Default: "5m", Commands: srv,
+			Doc: "how often labels and comments are repaired and failed deliveries redelivered"},
+		{Name: GitHubBudgetUSD, Section: secGitHub, Kind: KindUSD, Default: "10", Commands: []Command{Serve, Run, Forge},
+			Doc: "budget of a plan from an issue that names none, and the cap of one that does"},
+		{Name: GitHubAllowedOwners, Section: secGitHub, Kind: KindList, Commands: []Command{Serve, Run, Forge},
+			DefaultText: "every owner", Doc: "owners whose issues may start plans (comma list)"},
+		{Name: RequireApproval, Section: secGitHub, Kind: KindBool, Default: "0", Commands: []Command{Serve, Run, Forge},
+			Doc: "`1`: plans from issues start paused until `/whilly approve DIGEST`"},
+		{Name: PRMaxRounds, Section: secGitHub, Kind: KindInt, Default: "3", Min: 0, Max: 100, Commands: srv,
+			Doc: "review/CI feedback rounds per pull request"},
+		{Name: DispatchActions, Section: secGitHub, Kind: KindBool, Default: "0", Commands: srv,
+			Doc: "`1`: send `repository_dispatch` `whilly-work` when a plan of a repository starts"},
+		{Name: DispatchInterval, Section: secGitHub, Kind: KindDuration, Default: "10m", Commands: srv,
+			Doc: "dispatch again at most this often while ready tasks wait with nothing claiming"},
+	}
+}
+
+func positiveInt(s string) error {
+	if n, err := strconv.ParseInt(s, 10, 64); err != nil || n <= 0 {
+		return fmt.Errorf("%q is not the App's numeric id (a positive whole number)", s)
+	}
+	return nil
+}
+
+// PEM returns a private key squeezed onto one line (`\n` escapes) as PEM text.
+func PEM(s string) string {
+	if !strings.Contains(s, "\n") {
+		return strings.ReplaceAll(s, `\n`, "\n")
+	}
+	return s
+}
+
+func privateKey(s string) error {
+	block, _ := pem.Decode([]byte(PEM(s)))
+	if block == nil {
+		return errors.New("not a PEM private key (-----BEGIN RSA PRIVATE KEY----- …)")
+	}
+	if _, err := x509.ParsePKCS1PrivateKey(block.Bytes); err == nil {
+		return nil
+	}
+	if _, err := x509.ParsePKCS8PrivateKey(block.Bytes); err == nil {
+		return nil
+	}
+	return errors.New("the PEM block is not an RSA private key")
+}
