@@ -219,7 +219,7 @@ func (e *benchEnv) close(ctx context.Context) {
 		}
 	}
 	for _, id := range e.plans {
-		if _, err := e.store.ResetPlan(ctx, id, true); err != nil && !errors.Is(err, queue.ErrNotFound) {
+		if _, err := e.store.ResetPlan(ctx, id, queue.ResetOptions{Hard: true}); err != nil && !errors.Is(err, queue.ErrNotFound) {
 			e.a.log.WarnContext(ctx, "bench: delete scratch plan", "plan_id", id, "error", err)
 		}
 	}

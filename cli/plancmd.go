@@ -305,12 +305,14 @@ func budgetText(b *plan.USD) string {
 }
 
 func (a *app) planReset() *cobra.Command {
-	var hard, yes, asJSON bool
+	var hard, yes, asJSON, includeSkipped bool
 	cmd := &cobra.Command{
 		Use:   "reset ID",
 		Short: "Return finished tasks to PENDING, or delete the plan with --hard",
-		Long: `Soft reset: every DONE, FAILED, SKIPPED or CANCELLED task returns to PENDING (event RESET,
+		Long: `Soft reset: every DONE, FAILED or CANCELLED task returns to PENDING (event RESET,
 attempts and errors cleared) and the plan becomes ACTIVE; running tasks are left alone.
+SKIPPED tasks stay skipped — the decision gate would reject them again — unless
+--include-skipped is given.
 Hard reset (--hard): the plan and its tasks are deleted; the audit log keeps every event
 and records plan.deleted. A hard reset asks for confirmation unless --yes is given.`,
 		Args: exactArgs(1, "one plan id"),
@@ -325,7 +327,7 @@ and records plan.deleted. A hard reset asks for confirmation unless --yes is giv
 				}
 			}
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
-				res, err := st.ResetPlan(cmd.Context(), args[0], hard)
+				res, err := st.ResetPlan(cmd.Context(), args[0], queue.ResetOptions{Hard: hard, IncludeSkipped: includeSkipped})
 				if err != nil {
 					return err
 				}
@@ -342,6 +344,7 @@ and records plan.deleted. A hard reset asks for confirmation unless --yes is giv
 		},
 	}
 	cmd.Flags().BoolVar(&hard, "hard", false, "delete the plan and its tasks")
+	cmd.Flags().BoolVar(&includeSkipped, "include-skipped", false, "also return SKIPPED tasks to PENDING")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd

@@ -238,9 +238,33 @@ func (a *app) runSummary(ctx context.Context, st *queue.Store, planID string, st
 		return nil
 	case plan.PlanPaused:
 		return failf("plan %s is PAUSED (%s) after spending $%s of %s; raise it with 'whilly plan budget %s USD'", pi.ID, pi.PauseReason, pi.Spent, budgetText(pi.Budget), pi.ID)
+	case plan.PlanActive:
+		return a.explainStuck(ctx, st, pi)
 	default:
 		return failf("plan %s ended %s; see 'whilly plan show %s' and reset it with 'whilly plan reset %s'", pi.ID, pi.Status, pi.ID, pi.ID)
 	}
+}
+
+// explainStuck says, task by task, why a plan that is still ACTIVE has nothing left to
+// run: its workers drained because no PENDING task can be claimed without someone acting.
+func (a *app) explainStuck(ctx context.Context, st *queue.Store, pi queue.PlanInfo) error {
+	tasks, err := st.Tasks(ctx, pi.ID)
+	if err != nil {
+		return err
+	}
+	o, err := st.OutlookOf(ctx, pi.ID, planLabels(tasks))
+	if err != nil {
+		return err
+	}
+	const shown = 20
+	for i, h := range o.Held {
+		if i == shown {
+			a.printf("  … and %d more tasks held\n", len(o.Held)-shown)
+			break
+		}
+		a.printf("  %s: %s\n", h.TaskID, h.Sentence())
+	}
+	return failf("plan %s cannot go on: nothing runs and none of its %d pending tasks can be claimed (listed above)", pi.ID, len(o.Held))
 }
 
 // runProgress shows live progress: a redrawn line on a terminal, one line per finished

@@ -127,6 +127,7 @@ func (s *Server) routes() chi.Router {
 		r.With(s.auth(roleWorker)).Post("/workers/{worker}/heartbeat", s.heartbeat)
 		r.With(s.auth(roleReader)).Get("/workers", s.listWorkers)
 		r.With(s.auth(roleWorker)).Post("/tasks/claim", s.claim)
+		r.With(s.auth(roleWorker)).Get("/tasks/outlook", s.outlook)
 
 		r.Route("/plans", func(r chi.Router) {
 			r.With(s.auth(roleReader)).Get("/", s.listPlans)

@@ -470,3 +470,29 @@ func reasonClass(reason string) string {
 	}
 	return "other"
 }
+
+// outlook answers what the worker may still claim, so a draining worker knows when to
+// stop and can say why the tasks it leaves are held.
+func (s *Server) outlook(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	planID := r.URL.Query().Get("plan_id")
+	if len(planID) > maxIDBytes {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Parameter plan_id is too long."))
+		return
+	}
+	o, err := s.store.OutlookOf(r.Context(), planID, p.worker.Labels)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, outlookWire(o))
+}
+
+func outlookWire(o queue.Outlook) client.Outlook {
+	out := client.Outlook{Claimable: o.Claimable, Waiting: o.Waiting, Retrying: o.Retrying, Running: o.Running,
+		Held: []client.HeldTask{}, HeldTotal: len(o.Held)}
+	for _, h := range o.Held[:min(len(o.Held), client.MaxHeldListed)] {
+		out.Held = append(out.Held, client.HeldTask{PlanID: h.PlanID, TaskID: h.TaskID, Reason: h.Hold, Detail: h.Detail})
+	}
+	return out
+}

@@ -608,11 +608,21 @@ type ResetResult struct {
 	Deleted int    `json:"tasks_deleted"`
 }
 
-// ResetPlan brings a plan back to work. Soft: every DONE, FAILED, SKIPPED or CANCELLED
-// task returns to PENDING with a RESET event (attempts, errors and leases cleared) and the
-// plan becomes ACTIVE; running tasks are left alone. Hard: the plan's rows are deleted; the
-// audit log keeps its events and gains plan.deleted.
-func (s *Store) ResetPlan(ctx context.Context, planID string, hard bool) (ResetResult, error) {
+// ResetOptions chooses what ResetPlan does.
+type ResetOptions struct {
+	// Hard deletes the plan and its tasks instead.
+	Hard bool
+	// IncludeSkipped also returns SKIPPED tasks to PENDING. Without it a skip stays: the
+	// decision gate's (which would only reject the task again) and the file's alike.
+	IncludeSkipped bool
+}
+
+// ResetPlan brings a plan back to work. Soft: every DONE, FAILED or CANCELLED task (and
+// SKIPPED with IncludeSkipped) returns to PENDING with a RESET event (attempts, errors
+// and leases cleared) and the plan becomes ACTIVE; running tasks are left alone. Hard:
+// the plan's rows are deleted; the audit log keeps its events and gains plan.deleted.
+func (s *Store) ResetPlan(ctx context.Context, planID string, opts ResetOptions) (ResetResult, error) {
+	hard := opts.Hard
 	res := ResetResult{PlanID: planID, Hard: hard}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var status string
@@ -637,7 +647,8 @@ func (s *Store) ResetPlan(ctx context.Context, planID string, hard bool) (ResetR
 				       lease_expires_at = NULL, claimed_by = NULL, last_error = NULL, result = NULL,
 				       version = version + 1, updated_at = now()
 				FROM (SELECT id AS tid, status AS old FROM tasks
-				      WHERE plan_id = $1 AND status IN ('DONE', 'FAILED', 'SKIPPED', 'CANCELLED') ORDER BY id FOR UPDATE) o
+				      WHERE plan_id = $1 AND (status IN ('DONE', 'FAILED', 'CANCELLED') OR ($2 AND status = 'SKIPPED'))
+				      ORDER BY id FOR UPDATE) o
 				WHERE plan_id = $1 AND id = o.tid AND tasks.status = o.old
 				RETURNING id, ord, o.old
 			), ev AS (
@@ -645,7 +656,7 @@ func (s *Store) ResetPlan(ctx context.Context, planID string, hard bool) (ResetR
 				SELECT $1, id, 'RESET', jsonb_build_object('from', old, 'to', 'PENDING') FROM r ORDER BY ord
 				RETURNING 1
 			)
-			SELECT count(*) FROM ev`, planID).Scan(&res.Reset)
+			SELECT count(*) FROM ev`, planID, opts.IncludeSkipped).Scan(&res.Reset)
 		if err != nil {
 			return fmt.Errorf("reset tasks of plan %s: %w", planID, err)
 		}

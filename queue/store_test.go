@@ -247,7 +247,7 @@ func TestResetSoftAndHard(t *testing.T) {
 	if _, err := st.Import(ctx, mustParse(t, shopPlan), queue.ImportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := st.ResetPlan(ctx, "shop-auth", false)
+	res, err := st.ResetPlan(ctx, "shop-auth", queue.ResetOptions{})
 	if err != nil || res.Reset != 1 {
 		t.Fatalf("soft reset = %+v, %v; want the one DONE task reset", res, err)
 	}
@@ -259,7 +259,7 @@ func TestResetSoftAndHard(t *testing.T) {
 		t.Fatalf("RESET events = %d, want 1", got)
 	}
 	before := countEvents(t, pool, "shop-auth", "")
-	res, err = st.ResetPlan(ctx, "shop-auth", true)
+	res, err = st.ResetPlan(ctx, "shop-auth", queue.ResetOptions{Hard: true})
 	if err != nil || res.Deleted != 3 {
 		t.Fatalf("hard reset = %+v, %v", res, err)
 	}
@@ -272,7 +272,7 @@ func TestResetSoftAndHard(t *testing.T) {
 	if got := countEvents(t, pool, "shop-auth", queue.EventPlanDeleted); got != 1 {
 		t.Fatalf("plan.deleted events = %d", got)
 	}
-	if _, err := st.ResetPlan(ctx, "nope", false); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := st.ResetPlan(ctx, "nope", queue.ResetOptions{}); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("reset of unknown plan: %v, want not found", err)
 	}
 }

@@ -282,7 +282,7 @@ func TestNoneKeepsAnEarlierFinding(t *testing.T) {
 func TestWorkSkipsAGoneTask(t *testing.T) {
 	t.Parallel()
 	st, _, _ := failedTask(t, queue.Hooks{})
-	if _, err := st.ResetPlan(context.Background(), "shop-auth", true); err != nil {
+	if _, err := st.ResetPlan(context.Background(), "shop-auth", queue.ResetOptions{Hard: true}); err != nil {
 		t.Fatal(err)
 	}
 	bin, dir := fakeClaude(t, printing(t, resultLine(t, contradiction, 0.05), 0))

@@ -65,7 +65,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		agentName = fs.String("agent", env("WHILLY_AGENT", agent.NameClaude), "agent: "+strings.Join(agent.Names(), ", ")+" (WHILLY_AGENT)")
 		model     = fs.String("model", env("WHILLY_MODEL", ""), "model passed to the agent (WHILLY_MODEL)")
 		once      = fs.Bool("once", false, "run one task, then exit")
-		drain     = fs.Bool("drain", false, "exit 0 when the plan has nothing claimable and nothing running")
+		drain     = fs.Bool("drain", false, "exit 0 when nothing this worker may claim is pending, running or retrying")
 		maxTasks  = fs.Int("max-tasks", 0, "exit after this many tasks (0: no limit)")
 		insecure  = fs.Bool("insecure", false, "allow plain http:// to a non-loopback control plane")
 		logDir    = fs.String("log-dir", "", "write each attempt's agent output to a file under this directory")
@@ -147,6 +147,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	}
 	sum, err := w.Run(ctx)
 	fmt.Fprintf(stdout, "tasks_done=%d tasks_failed=%d tasks_released=%d cost_usd=%s\n", sum.Done, sum.Failed, sum.Released, sum.Cost)
+	for _, h := range sum.Held {
+		fmt.Fprintf(stderr, "whilly-worker: left %s of plan %s pending: %s\n", h.TaskID, h.PlanID, h.Detail)
+	}
+	if more := sum.HeldTotal - len(sum.Held); more > 0 {
+		fmt.Fprintf(stderr, "whilly-worker: and %d more tasks it cannot claim\n", more)
+	}
 	switch {
 	case err == nil, errors.Is(err, ErrStopped):
 		return 0

@@ -32,8 +32,8 @@ type Config struct {
 	WorkerID string
 	PlanID   string // "" claims from any plan
 	Model    string
-	// Once stops after one task; Drain stops when the plan has nothing claimable and
-	// nothing running; MaxTasks (>0) stops after that many tasks.
+	// Once stops after one task; Drain stops when nothing this worker may claim is
+	// pending, running or retrying; MaxTasks (>0) stops after that many tasks.
 	Once     bool
 	Drain    bool
 	MaxTasks int
@@ -79,6 +79,10 @@ type Summary struct {
 	Released int      `json:"tasks_released"`
 	Lost     int      `json:"tasks_lost"`
 	Cost     plan.USD `json:"cost_usd"`
+	// Held lists the PENDING tasks a drained worker left because it can never claim them
+	// (at most client.MaxHeldListed; HeldTotal counts all).
+	Held      []client.HeldTask `json:"held,omitempty"`
+	HeldTotal int               `json:"held_total,omitempty"`
 }
 
 // Worker runs tasks from one control plane with one agent.
@@ -162,7 +166,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 			if claim == nil {
 				w.removeEndedWorkspaces(ctx)
 				if w.cfg.Drain {
-					drained, err := w.drained(ctx)
+					drained, err := w.drained(ctx, &sum)
 					if err != nil && fatal(err) {
 						return sum, err
 					}
@@ -231,30 +235,20 @@ func fatal(err error) bool {
 	return s == 401 || s == 403 || s == 400 || s == 404 || s == 422
 }
 
-// drained reports whether the plan (or, without --plan, every active plan) has nothing
-// claimable now or later and nothing running.
-func (w *Worker) drained(ctx context.Context) (bool, error) {
-	var plans []client.Plan
-	if w.cfg.PlanID != "" {
-		p, err := w.api.GetPlan(ctx, w.cfg.PlanID)
-		if err != nil {
-			return false, err
-		}
-		plans = []client.Plan{p}
-	} else {
-		list, err := w.api.ListPlans(ctx, client.PlanQuery{Status: plan.PlanActive})
-		if err != nil {
-			return false, err
-		}
-		plans = list.Plans
+// drained reports whether nothing is left that this worker may claim from the plan (or,
+// without --plan, from any plan): nothing claimable now, waiting on a dependency, backing
+// off before a retry, or running. PENDING tasks it can never get — rejected by the gate,
+// downstream of a failure, needing labels it lacks, on a paused plan — do not keep it: it
+// stops, and says why each one is held.
+func (w *Worker) drained(ctx context.Context, sum *Summary) (bool, error) {
+	o, err := w.api.Outlook(ctx, w.cfg.PlanID)
+	if err != nil || !o.Drained() {
+		return false, err
 	}
-	for _, p := range plans {
-		if p.Status != plan.PlanActive {
-			continue
-		}
-		if p.Counts[plan.StatusPending]+p.Counts[plan.StatusClaimed]+p.Counts[plan.StatusInProgress] > 0 {
-			return false, nil
-		}
+	sum.Held, sum.HeldTotal = o.Held, o.HeldTotal
+	for _, h := range o.Held {
+		w.log.WarnContext(ctx, "task left pending: it cannot be claimed", "plan_id", h.PlanID, "task_id", h.TaskID,
+			"reason", h.Reason, "detail", h.Detail)
 	}
 	return true, nil
 }

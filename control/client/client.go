@@ -465,3 +465,18 @@ func (c *Client) Readyz(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Outlook says what the worker may still claim from planID ("" for every plan it may
+// claim from), and which tasks are held for good and why: --drain stops when it is
+// drained.
+func (c *Client) Outlook(ctx context.Context, planID string) (Outlook, error) {
+	var out Outlook
+	q := url.Values{}
+	if planID != "" {
+		q.Set("plan_id", planID)
+	}
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, "/v1/tasks/outlook", q, nil, &out); err != nil {
+		return out, fmt.Errorf("outlook of plan %q: %w", planID, err)
+	}
+	return out, nil
+}

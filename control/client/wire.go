@@ -340,3 +340,31 @@ const (
 	CodeInternal         = "internal"           // 500: the cause is in the server's log
 	CodeUnavailable      = "unavailable"        // 503
 )
+
+// Outlook is what the asking worker may still claim (GET /v1/tasks/outlook): tasks
+// claimable now, waiting on unfinished dependencies, backing off before a retry, running
+// (they may come back), and the PENDING tasks held for good, with why (at most
+// MaxHeldListed of them; HeldTotal counts all).
+type Outlook struct {
+	Claimable int        `json:"claimable"`
+	Waiting   int        `json:"waiting"`
+	Retrying  int        `json:"retrying"`
+	Running   int        `json:"running"`
+	Held      []HeldTask `json:"held"`
+	HeldTotal int        `json:"held_total"`
+}
+
+// MaxHeldListed bounds the held tasks an outlook lists.
+const MaxHeldListed = 100
+
+// Drained reports whether nothing is left that the worker may claim, now or later.
+func (o Outlook) Drained() bool { return o.Claimable+o.Waiting+o.Retrying+o.Running == 0 }
+
+// HeldTask is a PENDING task that only someone else can unblock: reason is one of
+// paused, budget, gate_rejected, dependency_failed, dependency_held, labels.
+type HeldTask struct {
+	PlanID string    `json:"plan_id"`
+	TaskID string    `json:"task_id"`
+	Reason plan.Hold `json:"reason"`
+	Detail string    `json:"detail"`
+}

@@ -1,0 +1,52 @@
+package cli_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/whilly-go/whilly/internal/testkit"
+)
+
+// gatedPlan's last task is one the decision gate rejects.
+const gatedPlan = `{"plan_id": "gated", "project": "Gated plan", "tasks": [
+  {"id": "A", "priority": "high", "description": "Write the first part of the feature with tests",
+   "key_files": ["a.go"], "acceptance_criteria": ["it works"], "test_steps": ["go test ./..."]},
+  {"id": "CLEANUP-1", "priority": "low", "description": "Tidy up", "dependencies": ["A"]}
+]}`
+
+// TestRunNeverWaitsSilently is the demo's dead end: a strict plan's rejected task is
+// reset, and whilly run, instead of waiting at "1/2 done · 0 running" forever, says why
+// the task cannot run and exits 1.
+func TestRunNeverWaitsSilently(t *testing.T) {
+	t.Parallel()
+	dsn := testkit.DSN(t)
+	sim := []string{"run", "--plan", "gated", "--agent", "sim", "--sim-delay", "1ms", "--sim-cost", "0"}
+	if code, _, stderr := run(t, dsn, "", "plan", "apply", "--strict", writeFile(t, "plan.json", gatedPlan)); code != 0 {
+		t.Fatalf("apply: exit %d: %s", code, stderr)
+	}
+	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "is DONE") {
+		t.Fatalf("first run: exit %d, out %q, err %q", code, out, stderr)
+	}
+	// A plain reset keeps the gate's skip, so the plan can finish again.
+	code, out, _ := run(t, dsn, "", "plan", "reset", "gated")
+	if code != 0 || !strings.Contains(out, "1 tasks back to PENDING") {
+		t.Fatalf("reset: exit %d, %q", code, out)
+	}
+	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "is DONE") {
+		t.Fatalf("run after a reset: exit %d, out %q, err %q", code, out, stderr)
+	}
+	// Asked to, it un-skips the rejected task: the run ends and says why.
+	if code, out, _ := run(t, dsn, "", "plan", "reset", "gated", "--include-skipped"); code != 0 || !strings.Contains(out, "2 tasks back") {
+		t.Fatalf("reset --include-skipped: exit %d, %q", code, out)
+	}
+	code, out, stderr := run(t, dsn, "", sim...)
+	if code != 1 {
+		t.Fatalf("run with a rejected task pending: exit %d, want 1; out %q, err %q", code, out, stderr)
+	}
+	if !strings.Contains(out, "CLEANUP-1: rejected by the decision gate in a strict plan") {
+		t.Errorf("run does not say why CLEANUP-1 waits:\n%s", out)
+	}
+	if !strings.Contains(stderr, "plan gated cannot go on: nothing runs and none of its 1 pending tasks can be claimed") {
+		t.Errorf("stderr = %q", stderr)
+	}
+}

@@ -1,0 +1,85 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/whilly-go/whilly/plan"
+)
+
+// OutlookOf says what a worker carrying labels may still claim from one plan, or from
+// every ACTIVE plan when planID is "" (plan.LookAhead), and which PENDING tasks are held
+// for good and why. Held tasks carry their plan's id in PlanID order. It reads every open
+// task of those plans, so it is for idle moments: a worker that found nothing to claim,
+// the end of a run.
+func (s *Store) OutlookOf(ctx context.Context, planID string, labels []string) (Outlook, error) {
+	var out Outlook
+	rows, err := s.pool.Query(ctx, `SELECT p.id, p.status, coalesce(p.pause_reason, ''),
+			p.budget_usd IS NOT NULL AND p.spent_usd >= p.budget_usd, p.strict
+		FROM plans p WHERE ($1 <> '' AND p.id = $1) OR ($1 = '' AND p.status = 'ACTIVE') ORDER BY p.id`, planID)
+	if err != nil {
+		return out, fmt.Errorf("read plans for the outlook: %w", err)
+	}
+	type planRow struct {
+		id     string
+		state  plan.PlanState
+		strict bool
+	}
+	plans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (planRow, error) {
+		var p planRow
+		err := r.Scan(&p.id, &p.state.Status, &p.state.PauseReason, &p.state.BudgetExhausted, &p.strict)
+		return p, err
+	})
+	if err != nil {
+		return out, fmt.Errorf("read plans for the outlook: %w", err)
+	}
+	if planID != "" && len(plans) == 0 {
+		return out, fmt.Errorf("plan %s: %w", planID, ErrNotFound)
+	}
+	for _, p := range plans {
+		rows, err := s.pool.Query(ctx, `SELECT id, status, dependencies, labels, gate_verdict = 'REJECT',
+				status = 'PENDING' AND coalesce(not_before > now(), false)
+			FROM tasks WHERE plan_id = $1 AND status NOT IN ('DONE', 'SKIPPED') ORDER BY ord`, p.id)
+		if err != nil {
+			return out, fmt.Errorf("read open tasks of plan %s: %w", p.id, err)
+		}
+		tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (plan.OpenTask, error) {
+			var t plan.OpenTask
+			err := r.Scan(&t.ID, &t.Status, &t.Dependencies, &t.Labels, &t.GateRejected, &t.BackingOff)
+			t.GateRejected = t.GateRejected && p.strict
+			return t, err
+		})
+		if err != nil {
+			return out, fmt.Errorf("read open tasks of plan %s: %w", p.id, err)
+		}
+		o := plan.LookAhead(p.state, tasks, labels)
+		out.Claimable += o.Claimable
+		out.Waiting += o.Waiting
+		out.Retrying += o.Retrying
+		out.Running += o.Running
+		for _, h := range o.Held {
+			out.Held = append(out.Held, HeldTask{PlanID: p.id, HeldTask: h})
+		}
+	}
+	return out, nil
+}
+
+// Outlook is plan.Outlook over several plans: each held task names its plan.
+type Outlook struct {
+	Claimable int        `json:"claimable"`
+	Waiting   int        `json:"waiting"`
+	Retrying  int        `json:"retrying"`
+	Running   int        `json:"running"`
+	Held      []HeldTask `json:"held"`
+}
+
+// Drained reports whether nothing is left that the worker may claim, now or later.
+func (o Outlook) Drained() bool { return o.Claimable+o.Waiting+o.Retrying+o.Running == 0 }
+
+// HeldTask is a held task of some plan.
+type HeldTask struct {
+	PlanID string `json:"plan_id"`
+	plan.HeldTask
+}
