@@ -176,17 +176,26 @@ func (f *Factory) GraphQLURL() string {
 // api.SUB.ghe.com, and https://HOST/… for GitHub Enterprise Server's https://HOST/api/v3/
 // (and a test server's URL).
 func (f *Factory) GitURL(repo Repo) string {
-	u := url.URL{Scheme: f.base.Scheme, Host: f.base.Host}
-	host := f.base.Hostname()
+	u := webBase(f.base)
+	u.Path += "/" + repo.Owner + "/" + repo.Name + ".git"
+	return u.String()
+}
+
+// webBase is the web side of the GitHub the API at base belongs to, without a trailing
+// slash: https://github.com for api.github.com, https://SUB.ghe.com for api.SUB.ghe.com,
+// https://HOST for GitHub Enterprise Server's https://HOST/api/v3/, and a test server's
+// own URL.
+func webBase(base *url.URL) url.URL {
+	u := url.URL{Scheme: base.Scheme, Host: base.Host}
+	host := base.Hostname()
 	if h, ok := strings.CutPrefix(host, "api."); ok && (h == "github.com" || strings.HasSuffix(h, ".ghe.com")) {
 		u.Host = h
-		if port := f.base.Port(); port != "" {
+		if port := base.Port(); port != "" {
 			u.Host = net.JoinHostPort(h, port)
 		}
 	}
-	prefix := strings.TrimSuffix(strings.TrimSuffix(f.base.Path, "/"), "/api/v3")
-	u.Path = prefix + "/" + repo.Owner + "/" + repo.Name + ".git"
-	return u.String()
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(base.Path, "/"), "/api/v3")
+	return u
 }
 
 // GitHost is the host name of the web and git side (github.com, or the GHES host).

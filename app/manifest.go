@@ -16,10 +16,13 @@ func ManifestYAML() []byte { return slices.Clone(manifestYAML) }
 
 // Manifest is the App manifest.
 type Manifest struct {
-	Name        string            `json:"name"`
-	Description string            `json:"description,omitempty"`
-	URL         string            `json:"url"`
-	Public      bool              `json:"public"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	URL         string `json:"url"`
+	Public      bool   `json:"public"`
+	// RedirectURL is where GitHub sends the browser back with the code (the manifest
+	// flow of `whilly app create`); empty in app.yml.
+	RedirectURL string            `json:"redirect_url,omitempty"`
 	HookURL     string            `json:"-"`
 	HookActive  bool              `json:"-"`
 	Permissions map[string]string `json:"default_permissions"`

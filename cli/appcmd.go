@@ -12,7 +12,7 @@ func (a *app) appCommand() *cobra.Command {
 		Short: "The GitHub App",
 		Args:  noArgs,
 	}
-	cmd.AddCommand(a.appManifest())
+	cmd.AddCommand(a.appManifest(), a.appCreate())
 	return cmd
 }
 

@@ -40,7 +40,8 @@ type githubEnv struct {
 }
 
 // readGitHubEnv reads WHILLY_GITHUB_*. app reports whether the App is configured
-// (WHILLY_GITHUB_APP_ID set); when it is, its private key must be there too.
+// (WHILLY_GITHUB_APP_ID set, else the file of `whilly app create` in WHILLY_DATA_DIR);
+// when it is, its private key must be there too.
 func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
 	env = githubEnv{token: a.env("WHILLY_GITHUB_TOKEN"), apiURL: a.env("WHILLY_GITHUB_API_URL"), publicURL: a.env("WHILLY_PUBLIC_URL")}
 	if env.mirror, err = a.envDuration("WHILLY_GITHUB_MIRROR_INTERVAL", 3*time.Second); err != nil {
@@ -62,7 +63,16 @@ func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
 	env.secret = []byte(secret)
 	id := a.env("WHILLY_GITHUB_APP_ID")
 	if id == "" {
-		return env, false, nil
+		// The file of `whilly app create`, when there is one.
+		c, ok, err := a.appCredentials()
+		if err != nil || !ok {
+			return env, false, err
+		}
+		env.appID, env.key = c.AppID, []byte(c.PrivateKey)
+		if len(env.secret) == 0 {
+			env.secret = []byte(c.WebhookSecret)
+		}
+		return env, true, nil
 	}
 	if env.appID, err = strconv.ParseInt(id, 10, 64); err != nil || env.appID <= 0 {
 		return env, false, envf("WHILLY_GITHUB_APP_ID must be the App's numeric id, got %q", id)

@@ -55,6 +55,7 @@ type GitHub struct {
 	tokenRequests []TokenRequest
 	gitRoot       string // bare repositories: <gitRoot>/<owner>/<name>.git
 	gitBackend    string // git-http-backend
+	flow          manifestFlow
 }
 
 // GitHubRequest is one request the fake answered.
@@ -152,6 +153,7 @@ const (
 	authToken authKind = iota // an installation token or the static token
 	authApp                   // the App's JWT
 	authGit                   // git over HTTP: basic auth, x-access-token and a token
+	authNone                  // the web pages and the manifest conversion: no credentials
 )
 
 type fakeRoute struct {
@@ -470,6 +472,8 @@ func (g *GitHub) authenticate(r *http.Request, kind authKind, m []string) (fakeT
 			return fakeToken{}, http.StatusUnauthorized
 		}
 		return fakeToken{}, 0
+	case authNone:
+		return fakeToken{}, 0
 	case authToken:
 	}
 	return g.lookupToken(strings.TrimPrefix(strings.TrimPrefix(auth, "token "), "Bearer "))
@@ -516,6 +520,9 @@ func (g *GitHub) routeTable() []fakeRoute {
 	return []fakeRoute{
 		rt("POST", `/app/installations/([0-9]+)/access_tokens`, authApp, g.accessToken),
 		rt("GET", `/app`, authApp, g.getApp),
+		rt("POST", `/settings/apps/new`, authNone, g.newApp),
+		rt("POST", `/organizations/([^/]+)/settings/apps/new`, authNone, g.newApp),
+		rt("POST", `/app-manifests/([^/]+)/conversions`, authNone, g.convertManifest),
 		rt("GET", `/app/hook/deliveries`, authApp, g.listDeliveries),
 		rt("POST", `/app/hook/deliveries/([0-9]+)/attempts`, authApp, g.redeliver),
 		rt("GET", repoRe+`/installation`, authApp, g.repoInstallation),
