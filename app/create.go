@@ -46,7 +46,9 @@ func (c Credentials) LogValue() slog.Value {
 }
 
 // InstallURL is the page where the App is installed on accounts and repositories.
-func (c Credentials) InstallURL() string { return strings.TrimRight(c.HTMLURL, "/") + "/installations/new" }
+func (c Credentials) InstallURL() string {
+	return strings.TrimRight(c.HTMLURL, "/") + "/installations/new"
+}
 
 // check refuses credentials whilly could not run with.
 func (c Credentials) check() error {

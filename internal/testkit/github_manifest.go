@@ -24,10 +24,10 @@ type ManifestCreation struct {
 }
 
 type manifestFlow struct {
-	mu        sync.Mutex
-	created   []ManifestCreation
-	codes     map[string]bool // code → already exchanged
-	secret    string          // the webhook secret handed out
+	mu      sync.Mutex
+	created []ManifestCreation
+	codes   map[string]bool // code → already exchanged
+	secret  string          // the webhook secret handed out
 }
 
 // ManifestCreations returns the manifests posted to the new-App page, in order.
