@@ -346,7 +346,7 @@ func TestIssueBlockPlanLosesItsVerifyCommands(t *testing.T) {
 	}
 	e.idle() // the comment is rendered again once the intake's notes are recorded
 	body := e.statusComments()[0].Body
-	if !strings.Contains(body, "verify command(s) were ignored") || !strings.Contains(body, "`whilly` plan block") {
+	if !strings.Contains(body, "`verify` were ignored") || !strings.Contains(body, "`whilly` plan block") {
 		t.Errorf("status comment does not say the verify commands were dropped:\n%s", body)
 	}
 }

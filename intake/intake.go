@@ -43,6 +43,20 @@ type Config struct {
 	// StaleIntake is how long an unfinished intake blocks other deliveries of its issue
 	// before one may take it over; default 30 min (a planner may take ten).
 	StaleIntake time.Duration
+	// Budget caps the budget of plans from issues and is the budget of those that name
+	// none (WHILLY_GITHUB_BUDGET_USD); 0 means DefaultBudget.
+	Budget plan.USD
+	// AllowedOwners (WHILLY_GITHUB_ALLOWED_OWNERS) are the repository owners whose issues
+	// and comments whilly acts on, compared case-insensitively; empty allows every owner.
+	AllowedOwners []string
+}
+
+// ownerAllowed reports whether the repository's owner is one whilly acts for.
+func (c Config) ownerAllowed(owner string) bool {
+	if len(c.AllowedOwners) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(c.AllowedOwners, func(o string) bool { return strings.EqualFold(o, owner) })
 }
 
 // Service processes GitHub events.
@@ -125,8 +139,14 @@ func (s *Service) dispatch(ctx context.Context, d queue.Delivery) (string, error
 	}
 	switch e := ev.(type) {
 	case *github.IssuesEvent:
+		if out, ok := s.refuseOwner(ctx, d.ID, e.GetRepo()); !ok {
+			return out, nil
+		}
 		return s.issueEvent(ctx, d.ID, e)
 	case *github.IssueCommentEvent:
+		if out, ok := s.refuseOwner(ctx, d.ID, e.GetRepo()); !ok {
+			return out, nil
+		}
 		return s.commentEvent(ctx, e)
 	case *github.InstallationEvent:
 		return s.installationEvent(ctx, e)
@@ -175,6 +195,17 @@ func (s *Service) pullRequestEvent(ctx context.Context, e *github.PullRequestEve
 		return fmt.Sprintf("ignored: %s#%d is no pull request of a plan, or already %s", repo, number, state), nil
 	}
 	return fmt.Sprintf("pull request %s#%d %s: plans %s", repo, number, state, strings.Join(ids, ", ")), nil
+}
+
+// refuseOwner logs and says so when the repository's owner is not in
+// WHILLY_GITHUB_ALLOWED_OWNERS; ok is true when whilly may act on it.
+func (s *Service) refuseOwner(ctx context.Context, deliveryID string, repo *github.Repository) (outcome string, ok bool) {
+	owner := repo.GetOwner().GetLogin()
+	if s.cfg.ownerAllowed(owner) {
+		return "", true
+	}
+	s.log.InfoContext(ctx, "github event ignored: owner not allowed", "delivery_id", deliveryID, "owner", owner, "repo", repo.GetFullName())
+	return "ignored: owner " + owner + " is not in WHILLY_GITHUB_ALLOWED_OWNERS", false
 }
 
 func issueRef(repo *github.Repository, number int) (app.IssueRef, bool) {
@@ -286,6 +317,10 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 	if req.SenderBot {
 		return Result{Outcome: "ignored: labelled by a bot"}, nil
 	}
+	if !s.cfg.ownerAllowed(req.Ref.Owner) {
+		s.log.InfoContext(ctx, "intake refused: owner not allowed", "delivery_id", req.DeliveryID, "owner", req.Ref.Owner, "issue", req.Ref.String())
+		return Result{Outcome: "ignored: owner " + req.Ref.Owner + " is not in WHILLY_GITHUB_ALLOWED_OWNERS"}, nil
+	}
 	c, err := s.clients.Installation(ctx, req.InstallationID)
 	if err != nil {
 		return Result{}, err
@@ -336,7 +371,12 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 		return Result{}, err
 	}
 
-	built, cost := s.build(ctx, req.Issue, claim.PlanID)
+	issue, hidden := visibleIssue(req.Issue)
+	built, cost := s.build(ctx, issue, claim.PlanID)
+	if len(hidden) > 0 {
+		built.Notes = append([]string{"Hidden content was removed from the issue before planning (" + strings.Join(hidden, ", ") +
+			"): whilly plans and prompts only from what is visible on the page."}, built.Notes...)
+	}
 	if len(built.Invalid) > 0 {
 		out, err := s.needsInfo(ctx, c, req.Ref, labels, claim, built, needsInfoBlock(built.Invalid))
 		return Result{Outcome: out}, err
@@ -371,23 +411,52 @@ func (s *Service) finish(ctx context.Context, ref string, claim queue.IntakeClai
 	return outcome, nil
 }
 
-// build makes the plan: the block, else the planner, else the text.
+// visibleIssue is the issue without what its page does not show (StripHidden), and the
+// kinds of hidden content removed.
+func visibleIssue(it IssueText) (IssueText, []string) {
+	body, kinds := StripHidden(it.Body)
+	title, changed := visibleTitle(it.Title)
+	if changed && !slices.Contains(kinds, HiddenChars) {
+		kinds = append(kinds, HiddenChars)
+	}
+	it.Title, it.Body = title, body
+	return it, kinds
+}
+
+// build makes the plan: the block, else the planner, else the text; the policy caps its
+// budget and attempts whatever made it.
 func (s *Service) build(ctx context.Context, it IssueText, id string) (Built, plan.USD) {
-	if b, ok := FromBlock(it, id, s.store.Config().MaxAttempts); ok {
+	pol := Policy{MaxAttempts: s.store.Config().MaxAttempts, Budget: s.cfg.Budget}
+	if b, ok := FromBlock(it, id, pol); ok {
 		return b, 0
 	}
+	var (
+		b    Built
+		cost plan.USD
+	)
 	if s.cfg.Planner != nil {
-		p, cost, err := s.cfg.Planner(ctx, it, id)
+		var (
+			p   *plan.Plan
+			err error
+		)
+		p, cost, err = s.cfg.Planner(ctx, it, id)
 		if err == nil && p != nil {
 			p.ID, p.Repo, p.Strict, p.Verify = id, it.Ref.Repo.String(), true, nil
-			return Built{Plan: p, Source: app.SourcePlanner}, cost
+			for i := range p.Tasks {
+				p.Tasks[i].Labels, p.Tasks[i].Status = nil, plan.StatusPending // the operator's, not the issue's
+			}
+			b = Built{Plan: p, Source: app.SourcePlanner}
+		} else {
+			s.log.WarnContext(ctx, "planner failed; planning from the issue's text", "plan_id", id, "error", err)
+			b = FromText(it, id)
+			b.Notes = append(b.Notes, "The planner agent failed, so the plan was made from the issue's text.")
+			// a failed planner still cost what it cost: the plan pays for it
 		}
-		s.log.WarnContext(ctx, "planner failed; planning from the issue's text", "plan_id", id, "error", err)
-		b := FromText(it, id)
-		b.Notes = append(b.Notes, "The planner agent failed, so the plan was made from the issue's text.")
-		return b, cost // a failed planner still cost what it cost: the plan pays for it
+	} else {
+		b = FromText(it, id)
 	}
-	return FromText(it, id), 0
+	pol.apply(&b)
+	return b, cost
 }
 
 func problemLines(ve *plan.ValidationError) []string {

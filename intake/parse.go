@@ -1,9 +1,12 @@
 package intake
 
 import (
+	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -155,19 +158,134 @@ type IssueText struct {
 	Body  string
 }
 
+// Policy is what a plan made from an issue may ask for (SPEC §11).
+type Policy struct {
+	// MaxAttempts caps every task's attempt limit and is the limit of tasks that name
+	// none (WHILLY_MAX_ATTEMPTS); 0 means plan.DefaultMaxAttempts.
+	MaxAttempts int
+	// Budget caps the plan's budget and is the budget of a plan that names none
+	// (WHILLY_GITHUB_BUDGET_USD); 0 means DefaultBudget.
+	Budget plan.USD
+}
+
+// DefaultBudget is the budget cap of plans from issues when WHILLY_GITHUB_BUDGET_USD is unset.
+const DefaultBudget plan.USD = 10 * plan.MicrosPerUSD
+
+func (pol Policy) maxAttempts() int { return cmp.Or(pol.MaxAttempts, plan.DefaultMaxAttempts) }
+func (pol Policy) budget() plan.USD { return cmp.Or(pol.Budget, DefaultBudget) }
+
+// apply caps the plan's budget and attempt limits, and gives a plan without a budget
+// the cap; the notes say what was capped.
+func (pol Policy) apply(b *Built) {
+	p := b.Plan
+	if p == nil {
+		return
+	}
+	limit := pol.budget()
+	switch {
+	case p.Budget == nil:
+		p.Budget = &limit
+	case *p.Budget > limit:
+		b.Notes = append(b.Notes, fmt.Sprintf("The budget of $%s asked for was capped at $%s (WHILLY_GITHUB_BUDGET_USD); `/whilly budget USD` changes it.", p.Budget, limit))
+		p.Budget = &limit
+	}
+	capped := 0
+	for i := range p.Tasks {
+		if p.Tasks[i].MaxAttempts > pol.maxAttempts() {
+			p.Tasks[i].MaxAttempts = pol.maxAttempts()
+			capped++
+		}
+	}
+	if capped > 0 {
+		b.Notes = append(b.Notes, fmt.Sprintf("The attempt limit of %d task(s) was capped at %d (WHILLY_MAX_ATTEMPTS).", capped, pol.maxAttempts()))
+	}
+}
+
+// blockIgnored are the fields of a ```whilly block an issue may not set: the plan's id,
+// repository, gate mode and verify commands (shell run on the workers), and each task's
+// status and worker labels.
+var blockIgnored = struct{ plan, task []string }{
+	plan: []string{"plan_id", "repo", "strict", "verify"},
+	task: []string{"status", "labels"},
+}
+
+// restrictBlock removes the fields an issue may not set from a block's JSON and caps
+// max_attempts and budget_usd, before the block is validated (max_attempts: 1000 would
+// otherwise be an error, not a cap). It returns the block unchanged when it is not a JSON
+// object: the parser says what is wrong with it.
+func restrictBlock(block string, pol Policy) (string, []string) {
+	dec := json.NewDecoder(strings.NewReader(block))
+	dec.UseNumber()
+	var root map[string]any
+	if err := dec.Decode(&root); err != nil || root == nil {
+		return block, nil
+	}
+	var notes []string
+	drop := func(obj map[string]any, keys []string) []string {
+		var gone []string
+		for _, k := range keys {
+			if _, ok := obj[k]; ok {
+				delete(obj, k)
+				gone = append(gone, k)
+			}
+		}
+		return gone
+	}
+	gone := drop(root, blockIgnored.plan)
+	if v, ok := root["budget_usd"].(json.Number); ok {
+		if f, err := v.Float64(); err == nil && f > pol.budget().Float64() {
+			root["budget_usd"] = json.Number(pol.budget().String())
+			notes = append(notes, fmt.Sprintf("The plan block's budget_usd of %s was capped at $%s (WHILLY_GITHUB_BUDGET_USD); `/whilly budget USD` changes it.", v, pol.budget()))
+		}
+	}
+	capped := 0
+	if tasks, ok := root["tasks"].([]any); ok {
+		for _, t := range tasks {
+			obj, ok := t.(map[string]any)
+			if !ok {
+				continue
+			}
+			for _, k := range drop(obj, blockIgnored.task) {
+				if !slices.Contains(gone, k) {
+					gone = append(gone, k)
+				}
+			}
+			if v, ok := obj["max_attempts"].(json.Number); ok {
+				if f, err := v.Float64(); err == nil && f > float64(pol.maxAttempts()) {
+					obj["max_attempts"] = pol.maxAttempts()
+					capped++
+				}
+			}
+		}
+	}
+	if capped > 0 {
+		notes = append(notes, fmt.Sprintf("The attempt limit of %d task(s) was capped at %d (WHILLY_MAX_ATTEMPTS).", capped, pol.maxAttempts()))
+	}
+	if len(gone) > 0 {
+		notes = append([]string{fmt.Sprintf("The plan block's %s were ignored: an issue cannot set them (verify commands would run on workers).",
+			"`"+strings.Join(gone, "`, `")+"`")}, notes...)
+	}
+	out, err := json.Marshal(root)
+	if err != nil {
+		return block, nil
+	}
+	return string(out), notes
+}
+
 // FromBlock builds the plan from a ```whilly JSON block in the body, if there is one.
-// The issue cannot choose the plan's id, repository or gate mode, and its verify
-// commands are dropped: a verify command is shell run on the workers, and the text of an
-// issue must never become that (whoever can edit the issue could run anything). Verify
-// commands belong in plans an operator imports. Tasks that name no max_attempts get
-// maxAttempts (WHILLY_MAX_ATTEMPTS; 0: plan.DefaultMaxAttempts).
-func FromBlock(it IssueText, id string, maxAttempts int) (Built, bool) {
+// The block describes tasks; the issue cannot choose the plan's id, repository or gate
+// mode, nor verify commands (shell run on the workers: whoever can edit the issue could
+// run anything), nor a task's status or worker labels — those fields are dropped and a
+// note says so. Attempt limits and the budget are capped by pol, and a plan without a
+// budget gets pol's.
+func FromBlock(it IssueText, id string, pol Policy) (Built, bool) {
 	block, ok := findBlock(it.Body)
 	if !ok {
 		return Built{}, false
 	}
 	b := Built{Source: app.SourceBlock}
-	p, err := plan.ParseWith([]byte(block), plan.ParseOptions{MaxAttempts: maxAttempts})
+	block, b.Notes = restrictBlock(block, pol)
+	p, err := plan.ParseWith([]byte(block), plan.ParseOptions{MaxAttempts: pol.maxAttempts()})
 	if err != nil {
 		var ve *plan.ValidationError
 		if errors.As(err, &ve) {
@@ -179,15 +297,12 @@ func FromBlock(it IssueText, id string, maxAttempts int) (Built, bool) {
 		}
 		return b, true
 	}
-	if n := len(p.Verify); n > 0 {
-		b.Notes = append(b.Notes, fmt.Sprintf("The plan block's %d verify command(s) were ignored: commands from an issue never run on workers.", n))
-		p.Verify = nil
-	}
 	p.ID, p.Repo, p.Strict = id, it.Ref.Repo.String(), true
 	if strings.TrimSpace(p.Name) == "" {
 		p.Name = title(it)
 	}
 	b.Plan = p
+	pol.apply(&b)
 	return b, true
 }
 

@@ -70,18 +70,18 @@ func TestBlockIsParsedAndCannotChooseIDRepoOrVerify(t *testing.T) {
 	t.Parallel()
 	body := "text\n~~~whilly\n{\"project\": \"P\", \"plan_id\": \"x\", \"strict\": false, \"repo\": \"evil/repo\"," +
 		"\"verify\": [{\"name\": \"v\", \"command\": \"rm -rf ~\"}], \"tasks\": []}\n~~~\n"
-	b, ok := intake.FromBlock(intake.IssueText{Ref: testRef, Body: body}, "gh/octo/shop/12", 5)
+	b, ok := intake.FromBlock(intake.IssueText{Ref: testRef, Body: body}, "gh/octo/shop/12", intake.Policy{MaxAttempts: 5})
 	if !ok || b.Plan == nil {
 		t.Fatalf("block not found: %+v", b)
 	}
 	if b.Plan.ID != "gh/octo/shop/12" || b.Plan.Repo != "octo/shop" || !b.Plan.Strict || b.Plan.Verify != nil {
 		t.Errorf("plan = %+v", b.Plan)
 	}
-	bad, ok := intake.FromBlock(intake.IssueText{Ref: testRef, Body: "```whilly\n{\"tasks\": 3}\n```"}, "id", 0)
+	bad, ok := intake.FromBlock(intake.IssueText{Ref: testRef, Body: "```whilly\n{\"tasks\": 3}\n```"}, "id", intake.Policy{})
 	if !ok || len(bad.Invalid) == 0 {
 		t.Errorf("an invalid block gave %+v", bad)
 	}
-	if _, ok := intake.FromBlock(intake.IssueText{Ref: testRef, Body: "```json\n{}\n```"}, "id", 0); ok {
+	if _, ok := intake.FromBlock(intake.IssueText{Ref: testRef, Body: "```json\n{}\n```"}, "id", intake.Policy{}); ok {
 		t.Error("a json block was taken for a whilly block")
 	}
 }
