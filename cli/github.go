@@ -16,6 +16,7 @@ import (
 	"github.com/whilly-go/whilly/agent"
 	ghapp "github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/webhook"
@@ -145,6 +146,20 @@ func (a *app) githubPlanner() (intake.Planner, error) {
 	}, nil
 }
 
+// intakePolicy reads what plans from issues may ask for and whose issues are taken in
+// (WHILLY_GITHUB_BUDGET_USD, WHILLY_GITHUB_ALLOWED_OWNERS).
+func (a *app) intakePolicy() (intake.Config, error) {
+	env := config.New(a.io.Getenv)
+	budget, _, err := env.USD(config.GitHubBudgetUSD)
+	if err != nil {
+		return intake.Config{}, envf("%w", err)
+	}
+	if budget <= 0 {
+		return intake.Config{}, envf("%s must be more than 0 USD, got %q", config.GitHubBudgetUSD, env.Raw(config.GitHubBudgetUSD))
+	}
+	return intake.Config{Budget: budget, AllowedOwners: env.List(config.GitHubAllowedOwners)}, nil
+}
+
 // githubParts is the GitHub App wired over one store: what serve and forge share.
 type githubParts struct {
 	factory    *ghapp.Factory
@@ -176,7 +191,12 @@ func (a *app) githubParts(st *queue.Store, env githubEnv, hasApp bool) (*githubP
 		mcfg.Started = dispatcher.PlanStarted
 	}
 	mirror := ghapp.NewMirror(st, f, a.log, mcfg)
-	svc := intake.New(st, f, mirror, jobs, a.log, intake.Config{Planner: planner})
+	icfg, err := a.intakePolicy()
+	if err != nil {
+		return nil, err
+	}
+	icfg.Planner = planner
+	svc := intake.New(st, f, mirror, jobs, a.log, icfg)
 	return &githubParts{factory: f, jobs: jobs, mirror: mirror, intake: svc, dispatcher: dispatcher}, nil
 }
 

@@ -80,6 +80,8 @@ type envOptions struct {
 	dispatchIdle time.Duration
 	// planner is WHILLY_PLANNER's agent, as intake sees it.
 	planner intake.Planner
+	// allowedOwners is WHILLY_GITHUB_ALLOWED_OWNERS.
+	allowedOwners []string
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -137,7 +139,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.river = rc
-	e.svc = intake.New(base, f, mirror, rc, log, intake.Config{Planner: o.planner})
+	e.svc = intake.New(base, f, mirror, rc, log, intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners})
 	e.store = base.WithHooks(mirror.Hooks(rc))
 	river.AddWorker(workers, e.svc.Worker())
 	river.AddWorker(workers, mirror.Worker())

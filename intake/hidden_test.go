@@ -2,10 +2,13 @@ package intake_test
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/app"
@@ -225,4 +228,47 @@ func TestPlansFromIssuesGetTheDefaultBudget(t *testing.T) {
 	if !ok || small.Plan == nil || small.Plan.Budget == nil || *small.Plan.Budget != 2*plan.MicrosPerUSD || len(small.Notes) != 0 {
 		t.Errorf("a budget under the cap: %+v", small)
 	}
+}
+
+// TestAllowedOwners: with WHILLY_GITHUB_ALLOWED_OWNERS set, another owner's labelled issue
+// makes no plan and touches nothing on GitHub, and its commands are not run; a listed
+// owner (in any case) is taken in.
+func TestAllowedOwners(t *testing.T) {
+	t.Parallel()
+	t.Run("other owner", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOptions{allowedOwners: []string{"whilly-go", "acme"}})
+		e.deliver("issues", e.labeled())
+		e.comment(admin, "/whilly help")
+		e.idle()
+		var plans int
+		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM plans`).Scan(&plans); err != nil || plans != 0 {
+			t.Errorf("%d plans (%v), want none", plans, err)
+		}
+		rows, err := e.pool.Query(e.ctx, `SELECT outcome FROM webhook_deliveries ORDER BY received_at`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outcomes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range outcomes {
+			if !strings.Contains(o, "Codertocat is not in WHILLY_GITHUB_ALLOWED_OWNERS") {
+				t.Errorf("outcome %q, want the owner refused", o)
+			}
+		}
+		for _, r := range e.gh.Requests() {
+			if r.Method != http.MethodGet {
+				t.Errorf("whilly wrote to GitHub for a refused owner: %s %s", r.Method, r.Path)
+			}
+		}
+	})
+	t.Run("listed owner", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOptions{allowedOwners: []string{"acme", "codertocat"}})
+		if pi := e.intake(); pi.Status != plan.PlanActive {
+			t.Errorf("plan %s is %s", pi.ID, pi.Status)
+		}
+	})
 }
