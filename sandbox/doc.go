@@ -1,0 +1,17 @@
+// Package sandbox is the box every agent process of whilly runs in (SPEC §16): the task
+// agent, its plan's verification commands, the planner and the failure analyzer, on
+// workers and on the control plane alike.
+//
+// With bubblewrap (bwrap) the agent gets new user, pid, ipc, uts and network namespaces;
+// the workspace read-write; a private HOME seeded only with the agent's own configuration;
+// read-only system directories (what other users may not read stays hidden); its own
+// /proc and /tmp; and an environment built from an allow-list (Env). When the attempt
+// ends the pid namespace dies, and every process the agent left behind with it. Its
+// network namespace holds only loopback: an HTTP proxy that the worker runs outside
+// (proxy.go), reached through a unix socket bound into the box and bridged to a loopback
+// port by the box's own init (init.go, the worker's executable run again), lets CONNECT
+// through to the allowed hosts only and reports every other host.
+//
+// The package owns no state beyond one attempt's temporary directory, and imports only
+// the standard library and golang.org/x/sys: the slim whilly-worker binary depends on it.
+package sandbox

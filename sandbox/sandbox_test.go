@@ -1,0 +1,309 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	HandleInit()
+	os.Exit(m.Run())
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestSettingsFromEnv(t *testing.T) {
+	t.Parallel()
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	s, err := SettingsFromEnv(env(map[string]string{}))
+	if err != nil || s.Mode != "" || s.Net != NetProxy {
+		t.Fatalf("defaults: %+v %v", s, err)
+	}
+	s, err = SettingsFromEnv(env(map[string]string{"WHILLY_SANDBOX": "None", "WHILLY_SANDBOX_NET": "host",
+		"WHILLY_SANDBOX_ALLOW_HOSTS": " proxy.golang.org, *.npmjs.org ,example.com:8443", "WHILLY_AGENT_ENV": "GOFLAGS, NPM_CONFIG_REGISTRY"}))
+	if err != nil || s.Mode != ModeNone || s.Net != NetHost || len(s.AllowHosts) != 3 || !slices.Equal(s.AgentEnv, []string{"GOFLAGS", "NPM_CONFIG_REGISTRY"}) {
+		t.Fatalf("set: %+v %v", s, err)
+	}
+	for _, bad := range []map[string]string{
+		{"WHILLY_SANDBOX": "docker"},
+		{"WHILLY_SANDBOX_NET": "open"},
+		{"WHILLY_SANDBOX_ALLOW_HOSTS": "http://evil.example.com/"},
+		{"WHILLY_SANDBOX_ALLOW_HOSTS": "example.com:99999"},
+		{"WHILLY_AGENT_ENV": "WHILLY_WORKER_TOKEN"},
+		{"WHILLY_AGENT_ENV": "WHILLY_DATABASE_URL"},
+		{"WHILLY_AGENT_ENV": "A=B"},
+	} {
+		if _, err := SettingsFromEnv(env(bad)); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+func TestAllowRules(t *testing.T) {
+	t.Parallel()
+	none := func(string) string { return "" }
+	cases := []struct {
+		kind   string
+		getenv func(string) string
+		extra  []string
+		host   string
+		port   int
+		want   bool
+	}{
+		{AgentClaude, none, nil, "api.anthropic.com", 443, true},
+		{AgentClaude, none, nil, "API.Anthropic.com", 443, false}, // the proxy lowercases before asking
+		{AgentClaude, none, nil, "api.anthropic.com", 22, false},
+		{AgentClaude, none, nil, "api.openai.com", 443, false},
+		{AgentCodex, none, nil, "api.openai.com", 443, true},
+		{AgentNone, none, nil, "api.anthropic.com", 443, false},
+		{AgentCommand, none, nil, "api.openai.com", 443, true},
+		{AgentClaude, func(k string) string {
+			if k == "ANTHROPIC_BASE_URL" {
+				return "http://127.0.0.1:4555/v1"
+			}
+			return ""
+		}, nil, "127.0.0.1", 4555, true},
+		{AgentClaude, func(k string) string {
+			if k == "ANTHROPIC_BASE_URL" {
+				return "http://127.0.0.1:4555/v1"
+			}
+			return ""
+		}, nil, "127.0.0.1", 8000, false}, // not the control plane on the same host
+		{AgentClaude, func(k string) string {
+			if k == "ANTHROPIC_BASE_URL" {
+				return "https://gateway.example.com"
+			}
+			return ""
+		}, nil, "api.anthropic.com", 443, false},
+		{AgentClaude, none, []string{"*.golang.org"}, "proxy.golang.org", 443, true},
+		{AgentClaude, none, []string{"*.golang.org"}, "golang.org.evil.com", 443, false},
+		{AgentClaude, none, []string{"registry.npmjs.org:8443"}, "registry.npmjs.org", 443, false},
+	}
+	for i, c := range cases {
+		p := &proxy{rules: allowRules(c.kind, c.getenv, c.extra)}
+		if got := p.allowed(c.host, c.port); got != c.want {
+			t.Errorf("case %d: %s %s:%d allowed = %v, want %v", i, c.kind, c.host, c.port, got, c.want)
+		}
+	}
+}
+
+func TestAllowedEnv(t *testing.T) {
+	t.Parallel()
+	environ := []string{"PATH=/usr/bin", "HOME=/root", "LANG=C.UTF-8", "LC_ALL=C", "ANTHROPIC_API_KEY=sk-ant", "OPENAI_API_KEY=sk-oai",
+		"WHILLY_WORKER_TOKEN=w", "WHILLY_BOOTSTRAP_TOKEN=b", "GH_TOKEN=g", "AWS_SECRET_ACCESS_KEY=a", "PGPASSWORD=p",
+		"HTTPS_PROXY=http://corp:3128", "GOFLAGS=-mod=mod", "WHILLY_PLAN=x"}
+	got := allowedEnv(environ, AgentClaude, []string{"GOFLAGS", "WHILLY_WORKER_TOKEN"}, false, "/home/agent",
+		[]string{"TMPDIR=/tmp"}, []string{"WHILLY_TASK_ID=T-1", "WHILLY_GITHUB_PRIVATE_KEY=k"})
+	want := []string{"PATH=/usr/bin", "LANG=C.UTF-8", "LC_ALL=C", "ANTHROPIC_API_KEY=sk-ant", "GOFLAGS=-mod=mod",
+		"HOME=/home/agent", "TMPDIR=/tmp", "WHILLY_TASK_ID=T-1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("allowedEnv =\n %q\nwant\n %q", got, want)
+	}
+}
+
+func boxT(t *testing.T, set Settings) *Sandbox {
+	t.Helper()
+	if err := Check(ctxT(t)); err != nil {
+		if os.Getenv("WHILLY_TEST_SANDBOX") == "require" {
+			t.Fatalf("the sandbox must work here: %v", err)
+		}
+		t.Skipf("bubblewrap does not work here: %v", err)
+	}
+	set.Mode = ModeBwrap
+	s, err := New(Config{Settings: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// runIn runs sh -c script in a box and returns its output.
+func runIn(t *testing.T, s *Sandbox, dir, script string, environ []string) (string, error) {
+	t.Helper()
+	c, err := s.Prepare(ctxT(t), Spec{Path: "/bin/sh", Args: []string{"-c", script}, Dir: dir, Environ: environ})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
+	cmd.Dir, cmd.Env = c.Dir, c.Env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// The box: the workspace is writable, the system is not, /etc/shadow reads as empty,
+// HOME is private and empty, there is no network but loopback, and the host's
+// processes are not there.
+func TestBoxLayout(t *testing.T) {
+	t.Parallel()
+	s := boxT(t, Settings{Net: NetNone})
+	ws := t.TempDir()
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, ".git-credentials"), []byte("https://x:tok@github.com\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runIn(t, s, ws, `
+echo hi > inside && echo ws-writable
+touch /usr/evil 2>/dev/null || echo usr-readonly
+[ -s /etc/shadow ] && echo shadow-visible || echo shadow-hidden
+echo "home=$HOME"; ls -A "$HOME" | wc -l
+cat /proc/1/cmdline | tr '\0' ' '; echo
+ls /sys/class/net 2>/dev/null | tr '\n' ' '; echo
+cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | tr '\n' ' '; echo
+hostname
+`, []string{"PATH=/usr/bin:/bin", "HOME=" + home})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"ws-writable", "usr-readonly", "shadow-hidden", "home=/home/agent\n0\n", "bwrap", "\nlo \n", "whilly-sandbox"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "inside")); err != nil || string(b) != "hi\n" {
+		t.Errorf("the file written in the box: %q %v", b, err)
+	}
+}
+
+// A workspace that is HOME, or holds it, would hand the agent everything in it.
+func TestBoxRefusesHomeAsWorkspace(t *testing.T) {
+	t.Parallel()
+	s := boxT(t, Settings{})
+	home := t.TempDir()
+	for _, dir := range []string{home, filepath.Dir(home), "/"} {
+		_, err := s.Prepare(ctxT(t), Spec{Path: "/bin/true", Dir: dir, Environ: []string{"HOME=" + home}})
+		if err == nil || !strings.Contains(err.Error(), "expose") {
+			t.Errorf("workspace %s: %v", dir, err)
+		}
+	}
+}
+
+// The agent's own configuration is copied in, nothing else of HOME; a refreshed
+// credential comes back, a planted symlink does not.
+func TestBoxHomeSeedAndCredentials(t *testing.T) {
+	t.Parallel()
+	s := boxT(t, Settings{Net: NetNone})
+	home := t.TempDir()
+	for name, body := range map[string]string{".claude/.credentials.json": `{"old":1}`, ".claude.json": `{"x":1}`,
+		".git-credentials": "secret", ".codex/auth.json": `{"codex":1}`, ".claude/projects/p.jsonl": "history"} {
+		p := filepath.Join(home, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := s.Prepare(ctxT(t), Spec{Path: "/bin/sh", Args: []string{"-c", `find "$HOME" -type f | sort; echo '{"new":2}' > "$HOME/.claude/.credentials.json"`},
+		Dir: t.TempDir(), Agent: AgentClaude, Environ: []string{"PATH=/usr/bin:/bin", "HOME=" + home}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
+	cmd.Env = c.Env
+	out, err := cmd.CombinedOutput()
+	c.Close()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := string(out); got != "/home/agent/.claude.json\n/home/agent/.claude/.credentials.json\n" {
+		t.Errorf("the box's HOME holds:\n%s", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(home, ".claude/.credentials.json")); strings.TrimSpace(string(b)) != `{"new":2}` {
+		t.Errorf("refreshed credentials not kept: %s", b)
+	}
+	if _, err := os.Stat(c.tmp); c.tmp != "" || err == nil {
+		t.Errorf("the box's directory is left: %q", c.tmp)
+	}
+}
+
+func TestCheckAndOpen(t *testing.T) {
+	t.Parallel()
+	boxT(t, Settings{})
+	ctx := ctxT(t)
+	sb, err := Open(ctx, Settings{}, true)
+	if err != nil || !sb.Boxed() {
+		t.Fatalf("Open with bwrap working: %v %v", sb, err)
+	}
+	sb, err = Open(ctx, Settings{Mode: ModeNone}, true)
+	if err != nil || sb == nil || sb.Boxed() || sb.Mode() != ModeNone {
+		t.Fatalf("Open none: %v %v", sb, err)
+	}
+	var nilBox *Sandbox
+	if nilBox.Mode() != ModeNone || nilBox.Boxed() || nilBox.Net() != "" {
+		t.Errorf("a nil Sandbox must be unboxed")
+	}
+}
+
+// With bubblewrap missing: unset fails for agents that run processes (naming the fix)
+// and gives no box otherwise; bwrap asked for explicitly fails.
+func TestOpenWithoutBubblewrap(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Settings: Settings{Net: NetProxy}, Bwrap: "/nonexistent/bwrap"}
+	if _, err := New(cfg); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("New with a missing bwrap: %v", err)
+	}
+	// Open reads bwrap from PATH; make a PATH without it.
+	empty := t.TempDir()
+	cmd := exec.CommandContext(ctxT(t), os.Args[0], "-test.run=^TestOpenHelper$")
+	cmd.Env = []string{"PATH=" + empty, "SANDBOX_OPEN_HELPER=1"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"unset+process: agents run in a sandbox by default", "apt-get install bubblewrap", "WHILLY_SANDBOX=none",
+		"unset+sim: <nil> <nil>", "bwrap+sim: WHILLY_SANDBOX=bwrap, but"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestOpenHelper(t *testing.T) {
+	if os.Getenv("SANDBOX_OPEN_HELPER") != "1" {
+		t.Skip("run by TestOpenWithoutBubblewrap")
+	}
+	ctx := ctxT(t)
+	_, err := Open(ctx, Settings{}, true)
+	fmt.Printf("unset+process: %v\n", err)
+	sb, err := Open(ctx, Settings{}, false)
+	fmt.Printf("unset+sim: %v %v\n", sb, err)
+	_, err = Open(ctx, Settings{Mode: ModeBwrap}, false)
+	fmt.Printf("bwrap+sim: %v\n", err)
+}
+
+func TestNotDumpable(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("linux only")
+	}
+	// In a child, so this test process keeps its own setting.
+	if os.Getenv("SANDBOX_DUMPABLE_HELPER") == "1" {
+		before, _ := Dumpable()
+		if err := NotDumpable(); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := Dumpable()
+		if !before || after {
+			t.Fatalf("dumpable before %v after %v", before, after)
+		}
+		return
+	}
+	cmd := exec.CommandContext(ctxT(t), os.Args[0], "-test.run=^TestNotDumpable$")
+	cmd.Env = append(os.Environ(), "SANDBOX_DUMPABLE_HELPER=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
