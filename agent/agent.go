@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 // CompletionMarker is what an agent prints in its final message when, and only when, the
@@ -70,6 +72,9 @@ type Request struct {
 	BudgetCap *plan.USD
 	Timeout   time.Duration // 0 means DefaultTimeout
 	Log       io.Writer     // receives the agent's whole stdout and stderr, secrets redacted line by line; may be nil
+	// OnEgressDenied, when set, is told about each host the sandbox's proxy refused the
+	// agent (once per host and port). It is called from another goroutine.
+	OnEgressDenied func(sandbox.Denial)
 }
 
 // Usage is the token count an agent reported, summed over its turns.
@@ -98,6 +103,12 @@ type Result struct {
 	Turns        int           `json:"turns,omitempty"`
 	Usage        Usage         `json:"usage"`
 	Duration     time.Duration `json:"duration"`
+	// Sandbox is how the agent's process ran: sandbox.ModeBwrap or sandbox.ModeNone; ""
+	// when no process ran (sim, or nothing started).
+	Sandbox string `json:"sandbox,omitempty"`
+	// PermissionDenials are the tool calls the agent's CLI refused itself (Claude Code's
+	// permission_denials), as it reported them.
+	PermissionDenials []json.RawMessage `json:"permission_denials,omitempty"`
 }
 
 // Succeeded reports whether the attempt counts as done: exit code 0, the completion marker,
@@ -109,17 +120,21 @@ func (r Result) Succeeded() bool {
 
 // Config configures the built-in adapters. The zero value works: binaries come from PATH.
 type Config struct {
-	Logger         *slog.Logger  // nil discards
-	ClaudeBin      string        // CLAUDE_BIN; default "claude"
-	CodexBin       string        // CODEX_BIN; default "codex"
-	Command        string        // WHILLY_AGENT_CMD, required by the command adapter
-	PermissionMode string        // claude --permission-mode; default "acceptEdits"
+	Logger    *slog.Logger // nil discards
+	ClaudeBin string       // CLAUDE_BIN; default "claude"
+	CodexBin  string       // CODEX_BIN; default "codex"
+	Command   string       // WHILLY_AGENT_CMD, required by the command adapter
+	// PermissionMode is claude's --permission-mode; "" is bypassPermissions in a sandbox
+	// (the agent has a full shell inside the box) and acceptEdits without one.
+	PermissionMode string
 	KillGrace      time.Duration // SIGTERM → SIGKILL of the process group; default DefaultKillGrace
 	MaxOutputBytes int           // stdout tail kept for parsing; default DefaultMaxOutputBytes
-	// BaseEnv is the environment agents inherit before Request.Env is added; nil means the
-	// worker's own (os.Environ). whilly's own secrets (worker and bootstrap tokens, the App
-	// key, the database URL) are always removed from it, see childEnv.
+	// BaseEnv is the worker's environment, from which the sandbox's allow-list takes
+	// what an agent gets (sandbox.Spec.Environ); nil means os.Environ(). whilly's own
+	// secrets never pass.
 	BaseEnv []string
+	// Sandbox is the box agent processes run in; nil runs them unboxed (sim, tests).
+	Sandbox *sandbox.Sandbox
 	Sim     SimConfig
 }
 
@@ -143,9 +158,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CodexBin == "" {
 		c.CodexBin = "codex"
-	}
-	if c.PermissionMode == "" {
-		c.PermissionMode = "acceptEdits"
 	}
 	if c.KillGrace <= 0 {
 		c.KillGrace = DefaultKillGrace

@@ -29,7 +29,7 @@ func (a *claudeAgent) Run(ctx context.Context, req Request) (Result, error) {
 }
 
 func claudeArgs(cfg Config, req Request) []string {
-	args := []string{"-p", "--output-format", "json", "--permission-mode", cfg.PermissionMode}
+	args := []string{"-p", "--output-format", "json", "--permission-mode", claudePermissionMode(cfg)}
 	if req.Model != "" {
 		args = append(args, "--model", req.Model)
 	}
@@ -37,6 +37,19 @@ func claudeArgs(cfg Config, req Request) []string {
 		args = append(args, "--max-budget-usd", req.BudgetCap.String())
 	}
 	return args
+}
+
+// claudePermissionMode is Config.PermissionMode, else bypassPermissions inside a box
+// (SPEC §9: a full shell, so the agent can build and run its tests) and acceptEdits
+// outside one.
+func claudePermissionMode(cfg Config) string {
+	switch {
+	case cfg.PermissionMode != "":
+		return cfg.PermissionMode
+	case cfg.Sandbox.Boxed():
+		return "bypassPermissions"
+	}
+	return "acceptEdits"
 }
 
 // claudeResult is Claude Code's result message, the last message of every run, in all
@@ -51,6 +64,8 @@ type claudeResult struct {
 	NumTurns     int               `json:"num_turns"`
 	TotalCostUSD *float64          `json:"total_cost_usd"`
 	Usage        *Usage            `json:"usage"`
+	// PermissionDenials are the tool calls Claude Code refused itself.
+	PermissionDenials []json.RawMessage `json:"permission_denials"`
 }
 
 // parseClaude reads the result message from `--output-format json` (one object, or with
@@ -87,6 +102,7 @@ func resultOutput(m claudeResult) (output, error) {
 	if m.Usage != nil {
 		out.usage = *m.Usage
 	}
+	out.denials = m.PermissionDenials
 	errs := make([]string, 0, len(m.Errors))
 	for _, e := range m.Errors {
 		var s string

@@ -23,11 +23,19 @@ func (a *codexAgent) Name() string { return NameCodex }
 
 func (a *codexAgent) Run(ctx context.Context, req Request) (Result, error) {
 	prompt := req.Prompt
-	return a.r.run(ctx, req, a.r.cfg.CodexBin, codexArgs(req), &prompt, parseCodex)
+	return a.r.run(ctx, req, a.r.cfg.CodexBin, codexArgs(a.r.cfg, req), &prompt, parseCodex)
 }
 
-func codexArgs(req Request) []string {
+// codexArgs runs codex with its own sandbox (-s workspace-write) only outside ours:
+// inside a box it is told to bypass it (--dangerously-bypass-approvals-and-sandbox, "for
+// running in environments that are externally sandboxed"), since a nested sandbox that
+// whilly does not control breaks (its apply_patch fails to write once bubblewrap is
+// installed) and adds nothing.
+func codexArgs(cfg Config, req Request) []string {
 	args := []string{"exec", "--json", "--skip-git-repo-check", "-s", "workspace-write"}
+	if cfg.Sandbox.Boxed() {
+		args = []string{"exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"}
+	}
 	if req.Model != "" {
 		args = append(args, "-m", req.Model)
 	}

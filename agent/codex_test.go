@@ -23,11 +23,11 @@ import (
 //	… --bogus …            → "error: unexpected argument '--bogus' found", exit 2
 func TestCodexArgv(t *testing.T) {
 	t.Parallel()
-	if got, want := codexArgs(Request{}), []string{"exec", "--json", "--skip-git-repo-check", "-s", "workspace-write", "-"}; !reflect.DeepEqual(got, want) {
+	if got, want := codexArgs(Config{}, Request{}), []string{"exec", "--json", "--skip-git-repo-check", "-s", "workspace-write", "-"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("codexArgs = %q, want %q", got, want)
 	}
 	budget := usd(t, "3")
-	got := codexArgs(Request{Model: "gpt-5-codex", BudgetCap: &budget})
+	got := codexArgs(Config{}, Request{Model: "gpt-5-codex", BudgetCap: &budget})
 	want := []string{"exec", "--json", "--skip-git-repo-check", "-s", "workspace-write", "-m", "gpt-5-codex", "-"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("codexArgs = %q, want %q (codex has no spending cap flag)", got, want)

@@ -3,13 +3,14 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
 
 	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 // runner runs an agent executable and turns its exit into a Result. The adapters differ
@@ -30,6 +31,7 @@ type output struct {
 	sessionID    string
 	turns        int
 	usage        Usage
+	denials      []json.RawMessage
 }
 
 // parseFunc reads an agent's stdout. An error means the output is not what the agent
@@ -54,14 +56,20 @@ func (r runner) run(ctx context.Context, req Request, bin string, args []string,
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
+	box, err := r.cfg.Sandbox.Prepare(ctx, sandbox.Spec{Path: path, Args: args, Dir: req.WorkDir, Agent: r.name,
+		Environ: r.cfg.BaseEnv, Env: req.Env, OnDenied: req.OnEgressDenied})
+	if err != nil {
+		return Result{}, fmt.Errorf("run %s agent: %w", r.name, err)
+	}
+	defer box.Close()
 	log := r.cfg.Logger
-	log.DebugContext(ctx, "agent starting", "agent", r.name, "path", path,
+	log.DebugContext(ctx, "agent starting", "agent", r.name, "path", path, "sandbox", box.Mode, "net", box.Net,
 		"args", Redact(strings.Join(args, " ")), "dir", req.WorkDir, "timeout", timeout)
 	pr, err := runProcess(ctx, procSpec{
-		path:    path,
-		args:    args,
-		dir:     req.WorkDir,
-		env:     childEnv(r.cfg.BaseEnv, req.Env),
+		path:    box.Path,
+		args:    box.Args,
+		dir:     box.Dir,
+		env:     box.Env,
 		stdin:   stdin,
 		log:     req.Log,
 		timeout: timeout,
@@ -72,6 +80,7 @@ func (r runner) run(ctx context.Context, req Request, bin string, args []string,
 		return Result{}, fmt.Errorf("run %s agent: %w", r.name, err)
 	}
 	res := classify(pr, timeout, parse)
+	res.Sandbox = box.Mode
 	log.DebugContext(ctx, "agent finished", "agent", r.name, "exit_code", res.ExitCode,
 		"reason", res.Reason, "cost_usd", res.Cost.String(), "duration", res.Duration)
 	return res, nil
@@ -93,6 +102,7 @@ func classify(pr procResult, timeout time.Duration, parse parseFunc) Result {
 		res.IsError = out.isError
 		res.Cost, res.CostReported = out.cost, out.costReported
 		res.SessionID, res.Turns, res.Usage = out.sessionID, out.turns, out.usage
+		res.PermissionDenials = boundedDenials(out.denials)
 	}
 	var detail string
 	switch {
@@ -143,37 +153,25 @@ func lastLine(bufs ...[]byte) string {
 	return "no output"
 }
 
-// childEnv is base (the worker's environment when nil) without whilly's own secrets,
-// followed by extra. An agent runs text from GitHub issues; it gets the credentials it needs
-// for its model (ANTHROPIC_API_KEY …) but never the worker's token, the App key or the
-// database URL.
-func childEnv(base, extra []string) []string {
-	if base == nil {
-		base = os.Environ()
-	}
-	env := make([]string, 0, len(base)+len(extra))
-	for _, kv := range base {
-		name, _, _ := strings.Cut(kv, "=")
-		if isWhillySecret(name) {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, extra...)
-}
+// Bounds of Result.PermissionDenials.
+const (
+	maxDenials     = 20
+	maxDenialBytes = 1 << 10
+)
 
-func isWhillySecret(name string) bool {
-	n := strings.ToUpper(name)
-	if !strings.HasPrefix(n, "WHILLY_") {
-		return false
-	}
-	if n == "WHILLY_DATABASE_URL" {
-		return true
-	}
-	for _, s := range []string{"TOKEN", "SECRET", "PRIVATE_KEY", "PASSWORD"} {
-		if strings.Contains(n, s) {
-			return true
+// boundedDenials keeps the first denials, each a JSON value of bounded size, redacted.
+func boundedDenials(ds []json.RawMessage) []json.RawMessage {
+	var out []json.RawMessage
+	for _, d := range ds {
+		if len(out) == maxDenials {
+			break
 		}
+		d = json.RawMessage(Redact(string(d)))
+		if len(d) > maxDenialBytes || !json.Valid(d) {
+			b, _ := json.Marshal(bound(string(d), maxDenialBytes))
+			d = b
+		}
+		out = append(out, d)
 	}
-	return false
+	return out
 }

@@ -9,9 +9,20 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 func TestMain(m *testing.M) {
+	// This binary is also the sandbox's init, an evil agent and a worker holding secrets
+	// (sandbox_test.go).
+	sandbox.HandleInit()
+	if len(os.Args) > 1 && os.Args[1] == evilAgentArg {
+		os.Exit(evilAgent(os.Args[2:]))
+	}
+	if spec := os.Getenv(workerHelperEnv); spec != "" {
+		os.Exit(workerHelper(spec))
+	}
 	// Orphaned grandchildren of the fake agents are re-parented to this process, so the
 	// process-group tests can reap them and see kill(-pgid, 0) fail with ESRCH even where
 	// PID 1 does not reap orphans (as in this machine's container).

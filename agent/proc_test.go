@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 const successLine = `{"type":"result","subtype":"success","is_error":false,"result":"All done.\n<promise>COMPLETE</promise>","session_id":"s-1","num_turns":3,"duration_ms":1200,"total_cost_usd":0.0123,"usage":{"input_tokens":10,"output_tokens":20,"cache_read_input_tokens":5,"cache_creation_input_tokens":1}}`
@@ -291,13 +293,16 @@ func TestMissingWorkDirIsNotErrNotFound(t *testing.T) {
 	}
 }
 
-// Whilly's own secrets never reach the agent; the request's env does.
-func TestChildEnv(t *testing.T) {
+// The agent's environment is built from an allow-list (SPEC §16), with or without a box:
+// whilly's own secrets and whatever else the worker holds (GH_TOKEN, AWS keys, PGPASSWORD,
+// WHILLY_PLAN) stay out; the model's key, the locale and the request's context go in.
+func TestAgentEnvIsAllowListed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig()
-	cfg.BaseEnv = []string{"PATH=" + os.Getenv("PATH"), "WHILLY_WORKER_TOKEN=wt-secret", "WHILLY_DATABASE_URL=postgres://x",
-		"WHILLY_GITHUB_PRIVATE_KEY=pem", "WHILLY_BOOTSTRAP_TOKEN=bt", "ANTHROPIC_API_KEY=keep-me", "WHILLY_PLAN=keep-plan"}
+	cfg.BaseEnv = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "WHILLY_WORKER_TOKEN=wt-secret", "WHILLY_DATABASE_URL=postgres://x",
+		"WHILLY_GITHUB_PRIVATE_KEY=pem", "WHILLY_BOOTSTRAP_TOKEN=bt", "ANTHROPIC_API_KEY=keep-me", "WHILLY_PLAN=drop-plan",
+		"GH_TOKEN=ghp_drop", "AWS_SECRET_ACCESS_KEY=drop", "PGPASSWORD=drop", "LC_ALL=C.UTF-8"}
 	cfg.Command = writeScript(t, dir, "agent", `env > "$OUT"
 echo '{"result": "<promise>COMPLETE</promise>", "total_cost_usd": 0, "is_error": false}'
 `)
@@ -307,14 +312,18 @@ echo '{"result": "<promise>COMPLETE</promise>", "total_cost_usd": 0, "is_error":
 	if err != nil || !res.Succeeded() {
 		t.Fatalf("run: %v %q %q", err, res.Reason, res.Detail)
 	}
+	if res.Sandbox != sandbox.ModeNone {
+		t.Errorf("Result.Sandbox = %q, want none", res.Sandbox)
+	}
 	b, _ := os.ReadFile(out)
 	env := string(b)
-	for _, gone := range []string{"WHILLY_WORKER_TOKEN", "WHILLY_DATABASE_URL", "WHILLY_GITHUB_PRIVATE_KEY", "WHILLY_BOOTSTRAP_TOKEN"} {
+	for _, gone := range []string{"WHILLY_WORKER_TOKEN", "WHILLY_DATABASE_URL", "WHILLY_GITHUB_PRIVATE_KEY", "WHILLY_BOOTSTRAP_TOKEN",
+		"WHILLY_PLAN", "GH_TOKEN", "AWS_SECRET_ACCESS_KEY", "PGPASSWORD"} {
 		if strings.Contains(env, gone+"=") {
 			t.Errorf("agent env has %s", gone)
 		}
 	}
-	for _, kept := range []string{"ANTHROPIC_API_KEY=keep-me", "WHILLY_PLAN=keep-plan", "WHILLY_TASK_ID=T-1", "WHILLY_ATTEMPT=2"} {
+	for _, kept := range []string{"ANTHROPIC_API_KEY=keep-me", "LC_ALL=C.UTF-8", "HOME=" + dir, "WHILLY_TASK_ID=T-1", "WHILLY_ATTEMPT=2"} {
 		if !strings.Contains(env, kept+"\n") {
 			t.Errorf("agent env lacks %s", kept)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 // VerifyResult is how one verification command ended.
@@ -28,7 +29,10 @@ type VerifyResult struct {
 // each in its own process group with timeout (0: DefaultVerifyTimeout) and the same
 // environment an agent gets. Every command runs, so the report is complete; once ctx is
 // done the rest are marked Skipped.
-func RunVerify(ctx context.Context, dir string, cmds []plan.Verify, timeout time.Duration) []VerifyResult {
+//
+// They run in sb like the agent (a nil sb runs them unboxed): they run the code the agent
+// wrote.
+func RunVerify(ctx context.Context, sb *sandbox.Sandbox, dir string, cmds []plan.Verify, timeout time.Duration) []VerifyResult {
 	if timeout <= 0 {
 		timeout = DefaultVerifyTimeout
 	}
@@ -42,19 +46,25 @@ func RunVerify(ctx context.Context, dir string, cmds []plan.Verify, timeout time
 		case lookErr != nil:
 			vr.Error = fmt.Sprintf("look up sh: %v", lookErr)
 		default:
-			runVerifyOne(ctx, sh, dir, c.Command, timeout, &vr)
+			runVerifyOne(ctx, sb, sh, dir, c.Command, timeout, &vr)
 		}
 		out = append(out, vr)
 	}
 	return out
 }
 
-func runVerifyOne(ctx context.Context, sh, dir, command string, timeout time.Duration, vr *VerifyResult) {
+func runVerifyOne(ctx context.Context, sb *sandbox.Sandbox, sh, dir, command string, timeout time.Duration, vr *VerifyResult) {
+	box, err := sb.Prepare(ctx, sandbox.Spec{Path: sh, Args: []string{"-c", command}, Dir: dir, Agent: sandbox.AgentNone})
+	if err != nil {
+		vr.Error = err.Error()
+		return
+	}
+	defer box.Close()
 	pr, err := runProcess(ctx, procSpec{
-		path:    sh,
-		args:    []string{"-c", command},
-		dir:     dir,
-		env:     childEnv(nil, nil),
+		path:    box.Path,
+		args:    box.Args,
+		dir:     box.Dir,
+		env:     box.Env,
 		timeout: timeout,
 		grace:   DefaultKillGrace,
 		maxOut:  MaxExcerptBytes * 4,

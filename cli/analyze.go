@@ -9,7 +9,9 @@ import (
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/sandbox"
 	"github.com/whilly-go/whilly/triz"
+	"github.com/whilly-go/whilly/worker"
 )
 
 // trizExtension is the TRIZ failure analyzer (SPEC §8) as a control-plane extension, or
@@ -56,11 +58,24 @@ func (a *app) trizExtension(st *queue.Store) (*extension, error) {
 // questionAgent builds an agent that answers questions (planner, analyzer), configured
 // from the environment like a worker's agent, but read-only where the agent allows it
 // (agent.QuestionPermissionMode).
+//
+// It runs in the sandbox like a worker's agent (SPEC §9): on the control plane the box
+// keeps the App key, the database URL and the host's files away from it.
 func (a *app) questionAgent(name string) (agent.Agent, error) {
 	cfg := agent.ConfigFromEnv(a.io.Getenv)
 	cfg.Logger = a.log
 	cfg.PermissionMode = agent.QuestionPermissionMode
+	sb, err := a.openSandbox(name)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Sandbox = sb
 	return agent.New(name, cfg)
+}
+
+// openSandbox opens the sandbox for agent name's processes (worker.OpenSandbox).
+func (a *app) openSandbox(name string) (*sandbox.Sandbox, error) {
+	return worker.OpenSandbox(context.Background(), a.io.Getenv, name, a.log)
 }
 
 // envSwitch reads an on/off variable: 1, true, yes, on, or 0, false, no, off and unset.

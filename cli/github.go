@@ -126,7 +126,7 @@ func (a *app) githubPlanner() (intake.Planner, error) {
 	if name == "" {
 		return nil, nil
 	}
-	ag, err := agent.New(name, agent.ConfigFromEnv(a.io.Getenv))
+	ag, err := a.questionAgent(name)
 	if err != nil {
 		return nil, envf("WHILLY_PLANNER: %w", err)
 	}

@@ -24,7 +24,7 @@ import (
 func execCLI(t *testing.T, env map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	stdio := IO{In: strings.NewReader(stdin), Out: &out, Err: &errb, Getenv: func(k string) string { return env[k] }}
+	stdio := IO{In: strings.NewReader(stdin), Out: &out, Err: &errb, Getenv: unboxedEnv(env)}
 	root := NewRootCommand(stdio)
 	if c, _, err := root.Find([]string{"init"}); err != nil || c.Name() != "init" {
 		root.AddCommand((&app{io: stdio, log: slog.New(slog.DiscardHandler)}).initCommand())

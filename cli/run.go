@@ -94,6 +94,9 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 	acfg := agent.ConfigFromEnv(a.io.Getenv)
 	acfg.Logger = a.log
 	acfg.Sim = agent.SimConfig{Delay: o.simDelay, Cost: cost, FailRate: o.simFail, Seed: uint64(time.Now().UnixNano())}
+	if acfg.Sandbox, err = a.openSandbox(o.agent); err != nil {
+		return envf("%w", err)
+	}
 	ag, err := agent.New(o.agent, acfg)
 	if err != nil {
 		return failf("%v", err)
@@ -167,7 +170,7 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		}
 		wk, err := worker.New(api, ag, a.log, worker.Config{
 			WorkerID: w.ID, PlanID: o.planID, Model: o.model, Drain: true, ClaimWait: 5 * time.Second,
-			AgentTimeout: timeout, LogDir: logDir, OnResult: onResult,
+			AgentTimeout: timeout, LogDir: logDir, OnResult: onResult, Sandbox: acfg.Sandbox,
 		})
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 func (a *app) serveCommand() *cobra.Command {
@@ -36,6 +37,10 @@ SIGTERM or SIGINT shuts down in order: HTTP, then background jobs, then the data
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// A server's log is its record: keep info, not only warnings.
 			a.log = slog.New(slog.NewTextHandler(a.io.Err, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			// It holds the App key and the database: no process of its user may read its memory.
+			if err := sandbox.NotDumpable(); err != nil {
+				return envf("%w", err)
+			}
 			if listen == "" {
 				listen = a.env("WHILLY_LISTEN")
 			}

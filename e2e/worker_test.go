@@ -23,7 +23,7 @@ func TestServeAndThreeWorkersDrainAPlan(t *testing.T) {
 
 	dir := t.TempDir()
 	script := agentScript(t, dir, "sleep 0.05")
-	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir}
+	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=E2E_DIR"}
 	var workers []workerProc
 	for i := range 3 {
 		workers = append(workers, c.worker(fmt.Sprintf("worker-%d", i+1), base, env, "--plan", "drain", "--drain"))
@@ -89,7 +89,7 @@ fi`)
 		}
 		return ids
 	})
-	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir}
+	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=E2E_DIR"}
 	a := c.worker("worker-a", base, env, "--plan", "sigkill", "--drain")
 	b := c.worker("worker-b", base, env, "--plan", "sigkill", "--drain")
 	byID := map[string]workerProc{a.id: a, b.id: b}
@@ -151,7 +151,7 @@ func TestSIGTERMReleasesTheTaskAndExitsZero(t *testing.T) {
 	script := agentScript(t, dir, "sleep 600 &\necho $! > \"$E2E_DIR/child.pid\"\nwait")
 	childPID := filepath.Join(dir, "child.pid")
 	killLeftovers(t, func() []int { return []int{readPID(childPID)} })
-	w := c.worker("worker", base, []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir}, "--plan", "sigterm")
+	w := c.worker("worker", base, []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=E2E_DIR"}, "--plan", "sigterm")
 
 	eventually(t, 60*time.Second, "the agent to start", func() bool { return readPID(childPID) > 0 })
 	if st := c.task("sigterm", "T001").status; st != "IN_PROGRESS" {
@@ -211,7 +211,7 @@ wait`)
 		return out
 	}
 	killLeftovers(t, pids)
-	w := c.worker("worker", base, []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir,
+	w := c.worker("worker", base, []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=E2E_DIR",
 		"WHILLY_AGENT_TIMEOUT=1s"}, "--plan", "timeout", "--drain")
 
 	eventually(t, 60*time.Second, "the agent and its children to start", func() bool {

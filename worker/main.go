@@ -15,6 +15,7 @@ import (
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 const usage = `Usage: whilly-worker --connect URL [--token T | --token-file F] [flags]
@@ -30,7 +31,9 @@ and releases the task before exiting.
 Environment: WHILLY_CONTROL_URL, WHILLY_WORKER_TOKEN, WHILLY_WORKER_ID, WHILLY_PLAN,
 WHILLY_AGENT, WHILLY_AGENT_CMD, WHILLY_AGENT_TIMEOUT, WHILLY_MODEL, CLAUDE_BIN, CODEX_BIN,
 WHILLY_WORKSPACE_DIR (per-plan checkouts of repository plans),
-WHILLY_BOOTSTRAP_TOKEN; for the sim agent WHILLY_SIM_DELAY (default 0), WHILLY_SIM_COST
+WHILLY_BOOTSTRAP_TOKEN; the sandbox: WHILLY_SANDBOX (bwrap, the default where bubblewrap
+works, or none), WHILLY_SANDBOX_NET (proxy, none, host), WHILLY_SANDBOX_ALLOW_HOSTS,
+WHILLY_AGENT_ENV; for the sim agent WHILLY_SIM_DELAY (default 0), WHILLY_SIM_COST
 (USD, default 0) and WHILLY_SIM_FAIL_RATE (0 to 1, default 0).
 
 Exit codes: 0 done (--once, --drain, --max-tasks) or stopped by a signal, 1 an operation
@@ -109,6 +112,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		timeout = d
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// Before registering: a worker that cannot box its agent must not join the fleet.
+	sb, err := OpenSandbox(ctx, getenv, *agentName, log)
+	if err != nil {
+		return fail(2, "%v", err)
+	}
 	api, err := client.New(*connect, tok, client.Options{Insecure: *insecure})
 	if err != nil {
 		return fail(2, "%v", err)
@@ -134,6 +142,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	if cfg.Sim, err = simFromEnv(env); err != nil {
 		return fail(2, "%v", err)
 	}
+	cfg.Sandbox = sb
 	ag, err := agent.New(*agentName, cfg)
 	if err != nil {
 		return fail(2, "%v", err)
@@ -141,6 +150,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	w, err := New(api, ag, log, Config{
 		WorkerID: *workerID, PlanID: *planID, Model: *model, Once: *once, Drain: *drain,
 		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir, WorkspaceDir: *wsDir,
+		Sandbox: cfg.Sandbox,
 	})
 	if err != nil {
 		return fail(2, "%v", err)
@@ -161,6 +171,29 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	default:
 		return fail(1, "%v", err)
 	}
+}
+
+// OpenSandbox opens the box of SPEC §16 for agentName's processes from WHILLY_SANDBOX,
+// WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS and WHILLY_AGENT_ENV, and logs whether it
+// works. An error (a configuration error: exit 2) says how to fix it. The sim agent runs
+// no process: without a working box it gets none (nil), and no error.
+func OpenSandbox(ctx context.Context, getenv func(string) string, agentName string, log *slog.Logger) (*sandbox.Sandbox, error) {
+	set, err := sandbox.SettingsFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := sandbox.Open(ctx, set, agentName != agent.NameSim)
+	switch {
+	case err != nil:
+		return nil, err
+	case sb == nil:
+		log.InfoContext(ctx, "sandbox does not work here; the sim agent runs no process and needs none", "agent", agentName)
+	case !sb.Boxed():
+		log.WarnContext(ctx, "WHILLY_SANDBOX=none: agents run unboxed, as this user, with this machine's files and network", "agent", agentName)
+	default:
+		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", "agent", agentName, "net", sb.Net())
+	}
+	return sb, nil
 }
 
 // simFromEnv reads the sim agent's settings. Unset, the sim finishes at once, free and

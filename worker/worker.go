@@ -25,6 +25,7 @@ import (
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 // Config configures a worker.
@@ -55,6 +56,9 @@ type Config struct {
 	Git          string
 	// OnResult, when set, is told about each finished attempt (whilly run's progress).
 	OnResult func(Outcome)
+	// Sandbox is the box the plan's verification commands run in, the one the agent's
+	// processes run in (agent.Config.Sandbox); nil runs them unboxed.
+	Sandbox *sandbox.Sandbox
 }
 
 // Outcome is what became of one attempt.
@@ -456,11 +460,15 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 		WorkDir: workDir,
 		Env: []string{"WHILLY_PLAN_ID=" + t.PlanID, "WHILLY_TASK_ID=" + t.ID,
 			fmt.Sprintf("WHILLY_ATTEMPT=%d", t.Attempt), "WHILLY_WORKER_ID=" + w.cfg.WorkerID},
-		Model:     w.cfg.Model,
-		BudgetCap: c.Plan.RemainingUSD,
-		Timeout:   w.cfg.AgentTimeout,
-		Log:       logFile,
+		Model:          w.cfg.Model,
+		BudgetCap:      c.Plan.RemainingUSD,
+		Timeout:        w.cfg.AgentTimeout,
+		Log:            logFile,
+		OnEgressDenied: func(d sandbox.Denial) { w.egressDenied(ctx, c, d) },
 	})
+	if err == nil && res.Sandbox != "" {
+		w.attemptEvent(ctx, c, res)
+	}
 	if err != nil || !res.Succeeded() || len(c.Plan.Verify) == 0 {
 		return res, err
 	}
@@ -468,14 +476,56 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 	for i, v := range c.Plan.Verify {
 		cmds[i] = plan.Verify(v)
 	}
-	res.ApplyVerify(agent.RunVerify(ctx, workDir, cmds, 0))
+	res.ApplyVerify(agent.RunVerify(ctx, w.cfg.Sandbox, workDir, cmds, 0))
 	return res, nil
+}
+
+// Task event types the worker records while it holds the lease (SPEC §16).
+const (
+	EventEgressDenied = "agent.egress_denied" // the sandbox's proxy refused the agent a host
+	EventAttempt      = "agent.attempt"       // how the agent's process ran: sandbox, permission denials
+)
+
+// egressDenied records a host the sandbox's proxy refused the agent. It is best effort:
+// the attempt goes on whether or not the control plane hears of it.
+func (w *Worker) egressDenied(ctx context.Context, c *client.Claim, d sandbox.Denial) {
+	w.taskEvent(ctx, c, EventEgressDenied, map[string]any{"host": d.Host, "port": d.Port,
+		"plan_id": c.Task.PlanID, "task_id": c.Task.ID, "attempt": c.Task.Attempt})
+}
+
+// attemptEvent records how the agent's process ran: in the box or not (sandbox: none is
+// the operator's explicit opt-out), and the tool calls its CLI refused itself.
+func (w *Worker) attemptEvent(ctx context.Context, c *client.Claim, res agent.Result) {
+	p := map[string]any{"attempt": c.Task.Attempt, "agent": w.agent.Name(), "sandbox": res.Sandbox}
+	if n := w.cfg.Sandbox.Net(); n != "" && res.Sandbox == sandbox.ModeBwrap {
+		p["net"] = n
+	}
+	if len(res.PermissionDenials) > 0 {
+		p["permission_denials"] = res.PermissionDenials
+	}
+	w.taskEvent(ctx, c, EventAttempt, p)
+}
+
+func (w *Worker) taskEvent(ctx context.Context, c *client.Claim, typ string, payload map[string]any) {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, err = w.api.TaskEvent(ctx, c.Task.PlanID, c.Task.ID, client.TaskEventRequest{LeaseID: c.Lease.ID, Type: typ, Payload: raw})
+	if err != nil {
+		w.log.WarnContext(ctx, "record a task event", "type", typ, "plan_id", c.Task.PlanID, "task_id", c.Task.ID, "error", err)
+	}
 }
 
 // failureOf turns an unsuccessful attempt into the FAIL report.
 func failureOf(res agent.Result, runErr error) client.FailRequest {
 	retryable := true
 	reason, detail := res.Reason, map[string]any{"exit_code": res.ExitCode, "excerpt": res.Excerpt, "detail": res.Detail}
+	if res.Sandbox != "" {
+		detail["sandbox"] = res.Sandbox
+	}
 	switch {
 	case errors.Is(runErr, agent.ErrPromptInjection):
 		reason, retryable = agent.ReasonPromptInjection, false

@@ -21,6 +21,7 @@ import (
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/sandbox"
 	"github.com/whilly-go/whilly/worker"
 )
 
@@ -234,7 +235,18 @@ func (e *repoEnv) run(t *testing.T, planID, mode string, extraEnv ...string) (wo
 	}
 	base := append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + e.testDir, "MODE=" + mode, "TEST_DIR=" + e.testDir,
 		"REMOTE=" + e.remote, "BRANCH=" + e.spec.Branch, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + os.DevNull}, extraEnv...)
-	ag, err := agent.New(agent.NameCommand, agent.Config{Command: script, BaseEnv: base})
+	// The script reads its instructions from these variables: let them through the
+	// allow-list, as WHILLY_AGENT_ENV does.
+	var names []string
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		names = append(names, name)
+	}
+	sb, err := sandbox.New(sandbox.Config{Settings: sandbox.Settings{Mode: sandbox.ModeNone, AgentEnv: names}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := agent.New(agent.NameCommand, agent.Config{Command: script, BaseEnv: base, Sandbox: sb})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,23 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/whilly-go/whilly/sandbox"
 	"github.com/whilly-go/whilly/worker"
 )
 
 func main() {
+	// This binary is also the init of its agents' sandboxes.
+	sandbox.HandleInit()
+	// It holds its token and the push tokens: no process of its user may read its memory.
+	if err := sandbox.NotDumpable(); err != nil {
+		fmt.Fprintf(os.Stderr, "whilly-worker: %v\n", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := worker.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
