@@ -89,8 +89,13 @@ func (a *app) planImport() *cobra.Command {
 		Long: `Import a plan file into the database in one transaction.
 
 Re-importing the same file adds nothing and writes no event; a file that adds tasks to an
-existing plan adds just those. An invalid file is refused as a whole: every problem is
+existing plan adds just those, and a finished plan that gets new work is ACTIVE again.
+A task whose definition the file changes takes the new one if it has not run yet
+(PENDING, or SKIPPED by the decision gate); a change to any other task is refused, naming
+it, and nothing is written. An invalid file is refused as a whole: every problem is
 listed with the task and field it concerns, and nothing is written.`,
+		Example: `  whilly plan import tasks.json
+  whilly plan export demo | jq '.tasks[0].description = "…"' | whilly plan import -`,
 		Args: exactArgs(1, "one plan file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.readPlanFile(args[0])
@@ -109,10 +114,11 @@ listed with the task and field it concerns, and nothing is written.`,
 				if !res.PlanCreated {
 					verb = "updated"
 				}
-				if !res.PlanCreated && res.TasksCreated == 0 {
+				if !res.Changed() {
 					verb = "unchanged"
 				}
-				a.printf("plan %s %s: %d new tasks, %d in the file\n", res.PlanID, verb, res.TasksCreated, res.TasksTotal)
+				a.printf("plan %s %s: %d new tasks, %s%d in the file%s\n", res.PlanID, verb, res.TasksCreated,
+					changedText(res), res.TasksTotal, statusText(res))
 				return nil
 			})
 		},
@@ -153,14 +159,14 @@ reason decision_gate) and the plan becomes strict: the control plane re-checks t
 						a.printf("    %s: %s\n", r.Code, r.Message)
 					}
 				}
-				a.printf("plan %s: %d new tasks; gate: %d allowed, %d warned, %d rejected", res.Import.PlanID,
-					res.Import.TasksCreated, res.Allowed, res.Warned, res.Rejected)
+				a.printf("plan %s: %d new tasks, %s%d in the file; gate: %d allowed, %d warned, %d rejected", res.Import.PlanID,
+					res.Import.TasksCreated, changedText(res.Import), res.Import.TasksTotal, res.Allowed, res.Warned, res.Rejected)
 				if strict {
 					a.printf(", %d skipped (strict)", res.Skipped)
 				} else if res.Rejected > 0 {
 					a.printf(" (use --strict to skip rejected tasks)")
 				}
-				a.printf("\n")
+				a.printf("%s\n", statusText(res.Import))
 				return nil
 			})
 		},
@@ -204,6 +210,25 @@ func (a *app) planCreate() *cobra.Command {
 	cmd.Flags().StringVar(&budget, "budget", "", "budget cap in USD (default: unlimited)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	return cmd
+}
+
+// changedText names the existing tasks an import changed: "2 changed (A, B), ".
+func changedText(res queue.ImportResult) string {
+	if len(res.TasksUpdated) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d changed (%s), ", len(res.TasksUpdated), strings.Join(res.TasksUpdated, ", "))
+}
+
+// statusText says what became of the plan's status when an import moved it.
+func statusText(res queue.ImportResult) string {
+	switch {
+	case res.Reopened:
+		return "; the plan is " + string(res.Status) + " again"
+	case res.Status == plan.PlanDone:
+		return "; every task is done or skipped: the plan is DONE"
+	}
+	return ""
 }
 
 // parseBudget reads a USD amount; "" is unlimited.

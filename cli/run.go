@@ -111,6 +111,10 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 	if err != nil {
 		return storeErr(err)
 	}
+	if pi.Status == plan.PlanDone {
+		a.printf("plan %s is already DONE: every task is done or skipped, nothing to run ('whilly plan reset %s' starts it over)\n", pi.ID, pi.ID)
+		return nil
+	}
 	if pi.Status != plan.PlanActive {
 		return failf("plan %s is %s, so nothing can run; 'whilly plan reset %s' starts it over", pi.ID, pi.Status, pi.ID)
 	}

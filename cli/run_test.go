@@ -50,3 +50,52 @@ func TestRunNeverWaitsSilently(t *testing.T) {
 		t.Errorf("stderr = %q", stderr)
 	}
 }
+
+// TestReapplyTellsTheTruth: fixing the rejected task in the file and applying it again
+// changes the stored task (the verdict printed is the stored task's), and the plan runs
+// to DONE; a change to a task that ran is refused, naming it; an import whose tasks are
+// all finished leaves the plan DONE, and one that adds a task reopens it.
+func TestReapplyTellsTheTruth(t *testing.T) {
+	t.Parallel()
+	dsn := testkit.DSN(t)
+	sim := []string{"run", "--plan", "gated", "--agent", "sim", "--sim-delay", "1ms", "--sim-cost", "0"}
+	if code, _, stderr := run(t, dsn, "", "plan", "apply", "--strict", writeFile(t, "plan.json", gatedPlan)); code != 0 {
+		t.Fatalf("apply: exit %d: %s", code, stderr)
+	}
+	fixed := strings.Replace(gatedPlan, `"description": "Tidy up", "dependencies": ["A"]}`,
+		`"description": "Remove the unused helpers from a.go", "dependencies": ["A"], "key_files": ["a.go"],
+		 "acceptance_criteria": ["no unused code"], "test_steps": ["go vet ./..."]}`, 1)
+	code, out, stderr := run(t, dsn, "", "plan", "apply", "--strict", writeFile(t, "plan.json", fixed))
+	if code != 0 || !strings.Contains(out, "ALLOW  CLEANUP-1") || !strings.Contains(out, "1 changed (CLEANUP-1)") {
+		t.Fatalf("re-apply of the fixed file: exit %d, out %q, err %q", code, out, stderr)
+	}
+	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "CLEANUP-1  DONE") {
+		t.Fatalf("run: exit %d, out %q, err %q", code, out, stderr)
+	}
+	if code, out, _ := run(t, dsn, "", "plan", "import", writeFile(t, "plan.json", fixed)); code != 0 ||
+		!strings.Contains(out, "unchanged") || !strings.Contains(out, "the plan is DONE") {
+		t.Fatalf("re-import of the same file: exit %d, %q", code, out)
+	}
+	changed := strings.Replace(fixed, "Write the first part", "Write the very first part", 1)
+	code, _, stderr = run(t, dsn, "", "plan", "import", writeFile(t, "plan.json", changed))
+	if code != 1 || !strings.Contains(stderr, "A is DONE and the file changes its description") {
+		t.Fatalf("import changing a DONE task: exit %d, %q", code, stderr)
+	}
+	more := strings.Replace(fixed, `"tasks": [`, `"tasks": [
+  {"id": "EXTRA", "priority": "low", "description": "Write the third part of the feature with tests",
+   "key_files": ["c.go"], "acceptance_criteria": ["it works"], "test_steps": ["go test ./..."]},`, 1)
+	code, out, _ = run(t, dsn, "", "plan", "import", writeFile(t, "plan.json", more))
+	if code != 0 || !strings.Contains(out, "1 new tasks") || !strings.Contains(out, "the plan is ACTIVE again") {
+		t.Fatalf("import adding a task to a DONE plan: exit %d, %q", code, out)
+	}
+	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "EXTRA      DONE") {
+		t.Fatalf("run of the added task: exit %d, out %q, err %q", code, out, stderr)
+	}
+	code, out, _ = run(t, dsn, "", "plan", "import", writeFile(t, "empty.json", `{"plan_id": "empty", "project": "Empty", "tasks": []}`))
+	if code != 0 || !strings.Contains(out, "the plan is DONE") {
+		t.Fatalf("import of an empty plan: exit %d, %q", code, out)
+	}
+	if code, out, _ := run(t, dsn, "", "run", "--plan", "empty", "--agent", "sim"); code != 0 || !strings.Contains(out, "already DONE") {
+		t.Fatalf("run of an empty plan: exit %d, %q", code, out)
+	}
+}

@@ -7,6 +7,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -181,4 +182,26 @@ type Plan struct {
 	Repo   string // owner/name, optional
 	Verify []Verify
 	Tasks  []Task
+}
+
+// DefinitionChanges names the plan-file fields in which b's definition differs from a's:
+// what the file says the work is, not its runtime state (status). Lists compare by
+// content, nil and empty alike.
+func DefinitionChanges(a, b Task) []string {
+	var out []string
+	add := func(name string, same bool) {
+		if !same {
+			out = append(out, name)
+		}
+	}
+	add("priority", a.Priority == b.Priority)
+	add("description", a.Description == b.Description)
+	add("dependencies", slices.Equal(a.Dependencies, b.Dependencies))
+	add("key_files", slices.Equal(a.KeyFiles, b.KeyFiles))
+	add("acceptance_criteria", slices.Equal(a.AcceptanceCriteria, b.AcceptanceCriteria))
+	add("test_steps", slices.Equal(a.TestSteps, b.TestSteps))
+	add("prd_requirement", a.PRDRequirement == b.PRDRequirement)
+	add("labels", slices.Equal(a.Labels, b.Labels))
+	add("max_attempts", a.MaxAttempts == b.MaxAttempts)
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,7 +76,18 @@ type ImportResult struct {
 	PlanID       string `json:"plan_id"`
 	PlanCreated  bool   `json:"plan_created"`
 	TasksCreated int    `json:"tasks_created"`
-	TasksTotal   int    `json:"tasks_total"`
+	// TasksUpdated are existing tasks whose definition the file changed (see Import).
+	TasksUpdated []string `json:"tasks_updated"`
+	TasksTotal   int      `json:"tasks_total"`
+	// Status is the plan's status after the import; Reopened says the import brought a
+	// finished plan back to ACTIVE.
+	Status   plan.PlanStatus `json:"status"`
+	Reopened bool            `json:"reopened,omitempty"`
+}
+
+// Changed reports whether the import wrote anything.
+func (r ImportResult) Changed() bool {
+	return r.PlanCreated || r.TasksCreated > 0 || len(r.TasksUpdated) > 0
 }
 
 // ImportOptions tunes Import.
@@ -90,9 +102,16 @@ type ImportOptions struct {
 const importBatch = 2000
 
 // Import writes p in one transaction. It is idempotent: an existing plan keeps its row,
-// existing tasks are left as they are, and only new tasks get inserted with a
-// task.created event. p is normalised (plan.Normalize) and must then be valid
-// (plan.Validate); nothing is written otherwise.
+// new tasks are inserted with a task.created event, and a task already stored keeps its
+// runtime state. When the file changes an existing task's definition (description,
+// priority, dependencies, key files, criteria, test steps, requirement, labels, attempt
+// limit), a task that has not run — PENDING, or SKIPPED by the decision gate — takes the
+// new definition with a task.updated event and a fresh gate verdict (a gate-skipped task
+// the gate now accepts returns to PENDING); any other is refused (ErrConflict naming the
+// tasks and fields) and nothing is written. Then the plan's status follows its tasks: a
+// plan with every task DONE or SKIPPED, or none, is DONE; a DONE or FAILED plan that got
+// work to do is ACTIVE again (plan.reopened). p is normalised (plan.Normalize) and must
+// then be valid (plan.Validate); nothing is written otherwise.
 func (s *Store) Import(ctx context.Context, p *plan.Plan, opts ImportOptions) (ImportResult, error) {
 	var res ImportResult
 	s.normalize(p)
@@ -104,7 +123,10 @@ func (s *Store) Import(ctx context.Context, p *plan.Plan, opts ImportOptions) (I
 		if res, err = importTx(ctx, tx, p, opts); err != nil {
 			return err
 		}
-		if !res.PlanCreated && res.TasksCreated == 0 {
+		if err := settleImport(ctx, tx, &res); err != nil {
+			return err
+		}
+		if !res.Changed() && !res.Reopened {
 			return nil
 		}
 		return s.changed(ctx, tx, p.ID)
@@ -159,6 +181,11 @@ func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) 
 			return res, err
 		}
 	}
+	if !res.PlanCreated {
+		if res.TasksUpdated, err = updateTasks(ctx, tx, p); err != nil {
+			return res, err
+		}
+	}
 	var base int
 	if err := tx.QueryRow(ctx, `SELECT coalesce(max(ord) + 1, 0) FROM tasks WHERE plan_id = $1`, p.ID).Scan(&base); err != nil {
 		return res, fmt.Errorf("import plan %s: read task order: %w", p.ID, err)
@@ -175,6 +202,108 @@ func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) 
 		}
 	}
 	return res, nil
+}
+
+// settleImport gives the plan the status its tasks call for after an import: DONE when
+// every task is DONE or SKIPPED (or there is none), ACTIVE again (plan.reopened) when a
+// DONE or FAILED plan got tasks that can run, else as settlePlan decides.
+func settleImport(ctx context.Context, tx pgx.Tx, res *ImportResult) error {
+	var (
+		status plan.PlanStatus
+		open   bool
+	)
+	err := tx.QueryRow(ctx, `SELECT status, EXISTS (SELECT 1 FROM tasks WHERE plan_id = $1 AND status = 'PENDING')
+		FROM plans WHERE id = $1 FOR NO KEY UPDATE`, res.PlanID).Scan(&status, &open)
+	if err != nil {
+		return fmt.Errorf("read status of plan %s: %w", res.PlanID, err)
+	}
+	if open && (status == plan.PlanDone || status == plan.PlanFailed) {
+		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'ACTIVE', pause_reason = NULL, updated_at = now() WHERE id = $1`, res.PlanID); err != nil {
+			return fmt.Errorf("reopen plan %s: %w", res.PlanID, err)
+		}
+		payload := map[string]any{"from": status, "tasks_created": res.TasksCreated, "tasks_updated": len(res.TasksUpdated)}
+		if err := insertEvent(ctx, tx, res.PlanID, "", EventPlanReopened, payload, nil); err != nil {
+			return err
+		}
+		status, res.Reopened = plan.PlanActive, true
+	}
+	if err := settlePlan(ctx, tx, res.PlanID, status); err != nil {
+		return err
+	}
+	return tx.QueryRow(ctx, `SELECT status FROM plans WHERE id = $1`, res.PlanID).Scan(&res.Status)
+}
+
+// updateTasks gives the stored tasks of p that have not run the definition p's file
+// gives them, and refuses (ErrConflict) when the file changes a task that has run.
+func updateTasks(ctx context.Context, tx pgx.Tx, p *plan.Plan) ([]string, error) {
+	ids := make([]string, len(p.Tasks))
+	for i, t := range p.Tasks {
+		ids[i] = t.ID
+	}
+	rows, err := tx.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE plan_id = $1 AND id = ANY($2) ORDER BY ord FOR UPDATE`, p.ID, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read stored tasks of plan %s: %w", p.ID, err)
+	}
+	stored, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TaskInfo, error) { return scanTask(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read stored tasks of plan %s: %w", p.ID, err)
+	}
+	if len(stored) == 0 {
+		return nil, nil
+	}
+	inFile := make(map[string]plan.Task, len(p.Tasks))
+	for _, t := range p.Tasks {
+		inFile[t.ID] = t
+	}
+	var (
+		changed []plan.Task
+		refused []string
+		fields  = map[string][]string{}
+	)
+	for _, old := range stored {
+		t := inFile[old.ID]
+		diff := plan.DefinitionChanges(old.Task(), t)
+		if len(diff) == 0 {
+			continue
+		}
+		fields[t.ID] = diff
+		if old.Status == plan.StatusPending || (old.Status == plan.StatusSkipped && old.Gate.Decision == plan.DecisionReject) {
+			changed = append(changed, t)
+			continue
+		}
+		refused = append(refused, fmt.Sprintf("%s is %s and the file changes its %s", old.ID, old.Status, strings.Join(diff, ", ")))
+	}
+	if len(refused) > 0 {
+		return nil, fmt.Errorf("import plan %s: only a task that has not run may change: %s; reset those tasks first, or give the changed work a new task id: %w",
+			p.ID, strings.Join(refused, "; "), ErrConflict)
+	}
+	var out []string
+	for _, t := range changed {
+		v := plan.Gate(t)
+		reasons := v.Reasons
+		if reasons == nil {
+			reasons = []plan.Reason{}
+		}
+		var from, to plan.Status
+		err := tx.QueryRow(ctx, `WITH o AS (SELECT status FROM tasks WHERE plan_id = $1 AND id = $2)
+			UPDATE tasks SET priority = $3, description = $4, dependencies = $5, key_files = $6,
+				acceptance_criteria = $7, test_steps = $8, prd_requirement = $9, labels = $10, max_attempts = $11,
+				gate_verdict = $12, gate_reasons = $13,
+				status = CASE WHEN status = 'SKIPPED' AND $12 <> 'REJECT' THEN 'PENDING' ELSE status END,
+				version = version + 1, updated_at = now()
+			WHERE plan_id = $1 AND id = $2 RETURNING (SELECT status FROM o), status`,
+			p.ID, t.ID, t.Priority, t.Description, nonNil(t.Dependencies), nonNil(t.KeyFiles), nonNil(t.AcceptanceCriteria),
+			nonNil(t.TestSteps), t.PRDRequirement, nonNil(t.Labels), t.MaxAttempts, v.Decision, reasons).Scan(&from, &to)
+		if err != nil {
+			return nil, fmt.Errorf("update task %s of plan %s: %w", t.ID, p.ID, err)
+		}
+		payload := map[string]any{"fields": fields[t.ID], "gate": v.Decision, "from": from, "to": to}
+		if err := insertEvent(ctx, tx, p.ID, t.ID, EventTaskUpdated, payload, nil); err != nil {
+			return nil, err
+		}
+		out = append(out, t.ID)
+	}
+	return out, nil
 }
 
 type taskRow struct {
@@ -335,6 +464,9 @@ func (s *Store) Apply(ctx context.Context, p *plan.Plan, strict bool, opts Impor
 			"rejected_count": res.Rejected, "skipped_count": res.Skipped, "strict": strict,
 		}
 		if err := insertEvent(ctx, tx, p.ID, "", EventPlanApplied, payload, nil); err != nil {
+			return err
+		}
+		if err := settleImport(ctx, tx, &res.Import); err != nil {
 			return err
 		}
 		return s.changed(ctx, tx, p.ID)

@@ -163,6 +163,8 @@ const (
 	EventPlanCharged        = "plan.charged"
 	EventTaskCreated        = "task.created"
 	EventTaskSkipped        = "task.skipped"
+	EventTaskUpdated        = "task.updated"
+	EventPlanReopened       = "plan.reopened"
 )
 
 // insertEvent appends one event inside tx. payload and detail are marshalled to JSON;
