@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/internal/pglocal"
+	"github.com/whilly-go/whilly/internal/version"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
@@ -133,6 +134,9 @@ Exit codes: 0 success, 1 validation or operation error, 2 environment or configu
 	root.SetOut(stdio.Out)
 	root.SetErr(stdio.Err)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return failf("%v (see --help)", err) })
+	info := version.Get()
+	root.Version = info.Version
+	root.SetVersionTemplate(info.Text("whilly"))
 	root.AddCommand(
 		a.planCommand(),
 		a.migrateCommand(),
@@ -147,6 +151,7 @@ Exit codes: 0 success, 1 validation or operation error, 2 environment or configu
 		a.appCommand(),
 		a.benchCommand(),
 		a.eventsCommand(),
+		a.versionCommand(),
 	)
 	return root
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/version"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
@@ -67,11 +68,26 @@ func newMetrics(s *Server) *metrics {
 			"1 when the LISTEN connection is up.", nil, nil),
 	}
 	m.reg.MustRegister(m.claims, m.completions, m.failures, m.claimWait, m.requests, m.duration,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo(version.Get()))
 	for _, c := range reasonClasses() {
 		m.failures.WithLabelValues(c) // export zeros, so rates work from the first failure
 	}
 	return m
+}
+
+// buildInfo is the constant whilly_build_info gauge: 1, labelled with the build, so
+// dashboards can show which version each replica runs and alert on a mixed fleet.
+func buildInfo(in version.Info) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "whilly_build_info",
+		Help: "1, labelled with the version, commit, build date and Go version of this control plane.",
+		ConstLabels: prometheus.Labels{
+			"version": in.Version, "commit": in.Commit, "date": in.Date, "goversion": in.GoVersion,
+		},
+	})
+	g.Set(1)
+	return g
 }
 
 // reasonClasses lists the label values of whilly_failures_total.

@@ -14,12 +14,14 @@ import (
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/version"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/sandbox"
 )
 
 const usage = `Usage: whilly-worker --connect URL [--token T | --token-file F] [flags]
        whilly-worker gc [--max-age 72h] [--max-size 5GB]   (see whilly-worker gc --help)
+       whilly-worker version                               (or --version)
 
 The remote worker of whilly: it claims tasks from a control plane over HTTP(S), runs a
 coding agent on each under heartbeats, and reports the outcome and the cost.
@@ -46,6 +48,10 @@ Flags:
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	if len(args) > 0 && args[0] == "gc" {
 		return gcMain(ctx, args[1:], stdout, stderr, getenv)
+	}
+	if len(args) == 1 && (args[0] == "version" || args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprint(stdout, version.Get().Text("whilly-worker"))
+		return 0
 	}
 	fs := flag.NewFlagSet("whilly-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
