@@ -50,6 +50,7 @@ type Factory struct {
 	mu      sync.Mutex
 	clients map[int64]*ghClient
 	app     *ghApp
+	logins  map[int64]string // Login's answers
 }
 
 // NewFactory checks the configuration (a parsable key when an App id is given) and
@@ -68,7 +69,7 @@ func NewFactory(cfg Config) (*Factory, error) {
 	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" {
 		return nil, fmt.Errorf("GitHub API URL %q is not an http(s) URL", cfg.APIURL)
 	}
-	f := &Factory{cfg: cfg, base: base, tr: cfg.Transport, clients: map[int64]*ghClient{}}
+	f := &Factory{cfg: cfg, base: base, tr: cfg.Transport, clients: map[int64]*ghClient{}, logins: map[int64]string{}}
 	if f.tr == nil {
 		f.tr = newTransport()
 	}
@@ -144,6 +145,46 @@ func (f *Factory) Installation(_ context.Context, id int64) (Client, error) {
 	}
 	f.clients[id] = c
 	return c, nil
+}
+
+// Login returns the login whilly writes as through installation id: the App's bot,
+// SLUG[bot], for an installation; the token's user for installation 0. It is asked of
+// GitHub once and remembered.
+func (f *Factory) Login(ctx context.Context, id int64) (string, error) {
+	f.mu.Lock()
+	login, ok := f.logins[id]
+	f.mu.Unlock()
+	if ok {
+		return login, nil
+	}
+	if id == 0 {
+		c, err := f.Installation(ctx, 0)
+		if err != nil {
+			return "", err
+		}
+		u, err := c.User(ctx, "") // the authenticated user
+		if err != nil {
+			return "", fmt.Errorf("read the token's user: %w", err)
+		}
+		login = u.Login
+	} else {
+		ac, err := f.App(ctx)
+		if err != nil {
+			return "", err
+		}
+		self, err := ac.Self(ctx)
+		if err != nil {
+			return "", err
+		}
+		if self.Slug == "" {
+			return "", errors.New("the GitHub App has no slug")
+		}
+		login = self.Slug + "[bot]"
+	}
+	f.mu.Lock()
+	f.logins[id] = login
+	f.mu.Unlock()
+	return login, nil
 }
 
 // App returns the App's own client (JWT-authenticated).

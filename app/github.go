@@ -209,7 +209,8 @@ type Client interface {
 
 	// RepoInfo reads a repository (its default branch).
 	RepoInfo(ctx context.Context, repo Repo) (RepoInfo, error)
-	// User reads an account by login (ErrNotFound when there is none).
+	// User reads an account by login (ErrNotFound when there is none); "" reads the
+	// authenticated user (a token's, not an installation's).
 	User(ctx context.Context, login string) (User, error)
 	// FindPull returns the open pull request from branch (of repo itself); ErrNotFound
 	// when there is none.
@@ -253,6 +254,9 @@ type Clients interface {
 	Installation(ctx context.Context, installationID int64) (Client, error)
 	// App returns the App's own client; ErrNoApp when only a token is configured.
 	App(ctx context.Context) (AppClient, error)
+	// Login returns the login whilly's comments carry on an installation: the App's bot
+	// (SLUG[bot]), or the token's user for installation 0.
+	Login(ctx context.Context, installationID int64) (string, error)
 }
 
 // Sentinel errors.

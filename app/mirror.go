@@ -238,7 +238,7 @@ func (m *Mirror) sync(ctx context.Context, st queue.MirrorState, verify bool) (q
 	body := RenderStatus(StatusView{Plan: pi, Tasks: tasks, PublicURL: m.cfg.PublicURL, Source: st.Source, Notes: st.Notes, Pull: pr})
 	sum := sha256.Sum256([]byte(body))
 	if verify || pi.CommentID == 0 || !bytes.Equal(sum[:], st.BodySHA256) {
-		if err := m.writeComment(ctx, c, ref, pi.ID, pi.CommentID, body, verify); err != nil {
+		if err := m.writeComment(ctx, c, ref, pi, body, verify); err != nil {
 			return queue.MirrorSync{}, err
 		}
 	}
@@ -297,8 +297,11 @@ func (m *Mirror) EnsureLabel(ctx context.Context, c Client, repo Repo, name stri
 }
 
 // writeComment edits the status comment in place: the recorded one, else the one found
-// by its marker (posted by a bot), else a new one, whose id is then recorded.
-func (m *Mirror) writeComment(ctx context.Context, c Client, ref IssueRef, planID string, id int64, body string, verify bool) error {
+// by its marker among whilly's own comments, else a new one, whose id is then recorded.
+// A comment with the marker by anyone else — a person, or another App's bot — is never
+// adopted: whilly would then edit, and show as its own, a comment someone else wrote.
+func (m *Mirror) writeComment(ctx context.Context, c Client, ref IssueRef, pi queue.PlanInfo, body string, verify bool) error {
+	planID, id := pi.ID, pi.CommentID
 	if id != 0 && verify {
 		cm, err := c.GetComment(ctx, ref.Repo, id)
 		switch {
@@ -317,13 +320,17 @@ func (m *Mirror) writeComment(ctx context.Context, c Client, ref IssueRef, planI
 		}
 		id = 0 // deleted by hand: post it again
 	}
+	self, err := m.clients.Login(ctx, pi.InstallationID)
+	if err != nil {
+		return err
+	}
 	cms, err := c.Comments(ctx, ref)
 	if err != nil {
 		return err
 	}
 	marker := Marker(planID)
 	for _, cm := range cms {
-		if cm.AuthorBot && strings.HasPrefix(cm.Body, marker+"\n") {
+		if strings.EqualFold(cm.Author, self) && strings.HasPrefix(cm.Body, marker+"\n") {
 			id = cm.ID
 			if cm.Body != body {
 				if err := c.EditComment(ctx, ref.Repo, id, body); err != nil {

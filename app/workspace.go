@@ -252,22 +252,14 @@ func (w *Workspaces) author(ctx context.Context, inst int64) (name, email string
 }
 
 func (w *Workspaces) lookupBot(ctx context.Context, inst int64) (botIdentity, error) {
-	ac, err := w.clients.App(ctx)
+	login, err := w.clients.Login(ctx, inst)
 	if err != nil {
 		return botIdentity{}, err
-	}
-	self, err := ac.Self(ctx)
-	if err != nil {
-		return botIdentity{}, err
-	}
-	if self.Slug == "" {
-		return botIdentity{}, errors.New("the App has no slug")
 	}
 	c, err := w.clients.Installation(ctx, inst)
 	if err != nil {
 		return botIdentity{}, err
 	}
-	login := self.Slug + "[bot]"
 	u, err := c.User(ctx, login)
 	if err != nil {
 		return botIdentity{}, err

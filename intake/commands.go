@@ -18,7 +18,7 @@ const HelpText = `**whilly commands** (for collaborators with write access):
 
 - ` + "`/whilly status`" + ` — refresh the status comment
 - ` + "`/whilly retry [TASK]`" + ` — run the failed or cancelled tasks (or TASK) again
-- ` + "`/whilly cancel`" + ` — cancel the plan (closing the issue does too)
+- ` + "`/whilly cancel`" + ` — cancel the plan (so does closing the issue, by a collaborator with write access)
 - ` + "`/whilly budget USD`" + ` — set the plan's budget cap (` + "`+USD`" + ` raises it); a plan paused on its budget resumes
 - ` + "`/whilly help`" + ` — this list
 
@@ -26,7 +26,10 @@ To start, add the ` + "`whilly-pending`" + ` label. The plan comes from a ` + "`
 
 // commentEvent runs a /whilly command from a new comment. Edited and deleted comments
 // are never executed: an edit must not re-run a command or turn an old comment into one.
-func (s *Service) commentEvent(ctx context.Context, e *github.IssueCommentEvent) (string, error) {
+// A comment's command runs once, whatever delivers it again (ClaimCommand). Commands of
+// users without write access are refused without a reply: answering every stranger's
+// comment would let anyone make whilly write on any issue.
+func (s *Service) commentEvent(ctx context.Context, deliveryID string, e *github.IssueCommentEvent) (string, error) {
 	if e.GetAction() != "created" {
 		return "ignored: comment " + e.GetAction() + " (only new comments run commands)", nil
 	}
@@ -38,8 +41,9 @@ func (s *Service) commentEvent(ctx context.Context, e *github.IssueCommentEvent)
 		return "ignored: no command", nil
 	}
 	ref, ok := issueRef(e.GetRepo(), e.GetIssue().GetNumber())
-	if !ok {
-		return "ignored: no repository or issue in the payload", nil
+	commentID := e.GetComment().GetID()
+	if !ok || commentID == 0 {
+		return "ignored: no repository, issue or comment id in the payload", nil
 	}
 	c, err := s.clients.Installation(ctx, e.GetInstallation().GetID())
 	if err != nil {
@@ -51,13 +55,17 @@ func (s *Service) commentEvent(ctx context.Context, e *github.IssueCommentEvent)
 		return "", err
 	}
 	if !app.CanWrite(perm) {
-		msg := fmt.Sprintf("Sorry @%s, only collaborators with write access can run `/whilly` commands here. Nothing was changed.", sender)
-		if _, err := c.CreateComment(ctx, ref, msg); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("refused %s: @%s has %s permission", cmd.Name, sender, perm), nil
+		s.log.InfoContext(ctx, "command refused: no write access", "delivery_id", deliveryID, "issue", ref.String(), "sender", sender, "permission", perm)
+		return fmt.Sprintf("refused %s: @%s has %s permission (no reply)", cmd.Name, sender, perm), nil
 	}
-	return s.Run(ctx, c, ref, e.GetComment().GetID(), sender, cmd)
+	first, err := s.store.ClaimCommand(ctx, commentID, deliveryID)
+	if err != nil {
+		return "", err
+	}
+	if !first {
+		return fmt.Sprintf("duplicate: comment %d already ran its command", commentID), nil
+	}
+	return s.Run(ctx, c, ref, commentID, sender, cmd)
 }
 
 // Run executes a command from an authorised user: 👍 on the comment when done, or one

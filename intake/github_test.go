@@ -202,19 +202,14 @@ func TestReadOnlyUsersCancelChangesNothing(t *testing.T) {
 	pi := e.intake()
 	e.idle()
 	before := len(e.gh.IssueComments(repoName, issueNum))
-	cid := e.comment("reader", "/whilly cancel")
+	e.comment("reader", "/whilly cancel")
 	e.idle()
 	if st := e.plan().Status; st != plan.PlanActive {
 		t.Errorf("plan %s is %s after a read-only user's cancel, want ACTIVE", pi.ID, st)
 	}
-	cs := e.gh.IssueComments(repoName, issueNum)
-	if len(cs) != before+2 { // the command and one reply
-		t.Fatalf("%d comments, want %d (the command and one reply)", len(cs), before+2)
+	if n := len(e.gh.IssueComments(repoName, issueNum)); n != before+1 { // the command, no reply
+		t.Fatalf("%d comments, want %d (the command and no reply)", n, before+1)
 	}
-	if last := cs[len(cs)-1]; !last.Bot || !strings.Contains(last.Body, "Sorry @reader") || !strings.Contains(last.Body, "Nothing was changed") {
-		t.Errorf("reply = %+v, want a polite refusal", last)
-	}
-	_ = cid
 	if got := e.stateLabels(); !slices.Equal(got, []string{app.LabelInProgress}) {
 		t.Errorf("state labels = %v", got)
 	}

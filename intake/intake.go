@@ -147,7 +147,7 @@ func (s *Service) dispatch(ctx context.Context, d queue.Delivery) (string, error
 		if out, ok := s.refuseOwner(ctx, d.ID, e.GetRepo()); !ok {
 			return out, nil
 		}
-		return s.commentEvent(ctx, e)
+		return s.commentEvent(ctx, d.ID, e)
 	case *github.InstallationEvent:
 		return s.installationEvent(ctx, e)
 	case *github.InstallationRepositoriesEvent:
@@ -234,7 +234,7 @@ func (s *Service) issueEvent(ctx context.Context, deliveryID string, e *github.I
 		})
 		return res.Outcome, err
 	case "closed":
-		return s.closeIssue(ctx, ref, e.GetSender().GetLogin())
+		return s.closeIssue(ctx, ref, inst, e.GetSender().GetLogin())
 	case "unlabeled":
 		// A state label taken off by a person: put the plan's state back at once (the
 		// reconciler would, later). whilly's own label changes come from a bot.
@@ -265,7 +265,11 @@ func (s *Service) verify(ctx context.Context, planID string) error {
 	return nil
 }
 
-func (s *Service) closeIssue(ctx context.Context, ref app.IssueRef, sender string) (string, error) {
+// closeIssue cancels the issue's live plan when the issue was closed by someone with
+// write access — which includes whoever merged a pull request that closed it — or when the
+// plan's own pull request is merged. The issue's author or a passer-by closing it changes
+// nothing (the reconciler leaves the plan running; a writer can /whilly cancel).
+func (s *Service) closeIssue(ctx context.Context, ref app.IssueRef, inst int64, sender string) (string, error) {
 	pi, err := s.store.IssuePlan(ctx, ref.String())
 	if errors.Is(err, queue.ErrNotFound) {
 		return "ignored: no plan", nil
@@ -276,11 +280,30 @@ func (s *Service) closeIssue(ctx context.Context, ref app.IssueRef, sender strin
 	if pi.Status != plan.PlanActive && pi.Status != plan.PlanPaused {
 		return "ignored: plan " + pi.ID + " is " + string(pi.Status), nil
 	}
-	n, err := s.store.CancelPlan(ctx, pi.ID, "issue closed by @"+sender)
+	c, err := s.clients.Installation(ctx, inst)
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("cancelled plan %s (%d tasks): issue closed", pi.ID, n), nil
+	perm, err := c.Permission(ctx, ref.Repo, sender)
+	if err != nil {
+		return "", err
+	}
+	reason := "issue closed by @" + sender
+	if !app.CanWrite(perm) {
+		st, err := s.store.GetMirrorState(ctx, pi.ID)
+		if err != nil {
+			return "", err
+		}
+		if st.Pull == nil || st.Pull.State != queue.PullMerged {
+			return fmt.Sprintf("ignored: issue closed by @%s, who has %s permission, not write; plan %s goes on", sender, perm, pi.ID), nil
+		}
+		reason = fmt.Sprintf("issue closed after pull request #%d was merged", st.Pull.Number)
+	}
+	n, err := s.store.CancelPlan(ctx, pi.ID, reason)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("cancelled plan %s (%d tasks): %s", pi.ID, n, reason), nil
 }
 
 // Request is one intake of an issue.

@@ -46,8 +46,9 @@ func TestEmbeddedMigrations(t *testing.T) {
 		t.Fatalf("All = %d migrations, first %+v", len(ms), ms[0].Name)
 	}
 	for i, m := range ms {
-		if m.Version != i+1 {
-			t.Errorf("migration %d_%s: versions must run 1, 2, 3 … without gaps", m.Version, m.Name)
+		// Gaps are allowed: parallel branches each take their own number.
+		if i > 0 && m.Version <= ms[i-1].Version {
+			t.Errorf("migration %d_%s: versions must increase", m.Version, m.Name)
 		}
 	}
 	a, err := Fingerprint()

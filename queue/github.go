@@ -112,6 +112,22 @@ func (s *Store) FinishDelivery(ctx context.Context, id, outcome string) error {
 	return nil
 }
 
+// ClaimCommand records that delivery deliveryID runs the command of issue comment
+// commentID and reports whether it may. The first delivery of a comment owns its command
+// and may run it again when its job is retried; any other delivery of the same comment —
+// GitHub's redelivery, or a signed payload replayed under a new delivery id — may not.
+func (s *Store) ClaimCommand(ctx context.Context, commentID int64, deliveryID string) (bool, error) {
+	var owner string
+	// DO UPDATE (a no-op) rather than DO NOTHING: it returns the row that won, also when
+	// another delivery inserted it concurrently.
+	err := s.pool.QueryRow(ctx, `INSERT INTO github_commands (comment_id, delivery_id) VALUES ($1, $2)
+		ON CONFLICT (comment_id) DO UPDATE SET comment_id = excluded.comment_id RETURNING delivery_id`, commentID, deliveryID).Scan(&owner)
+	if err != nil {
+		return false, fmt.Errorf("claim the command of comment %d: %w", commentID, err)
+	}
+	return owner == deliveryID, nil
+}
+
 // KnownDeliveries returns which of the delivery ids are stored.
 func (s *Store) KnownDeliveries(ctx context.Context, ids []string) (map[string]bool, error) {
 	rows, err := s.pool.Query(ctx, `SELECT delivery_id FROM webhook_deliveries WHERE delivery_id = ANY($1)`, ids)

@@ -298,6 +298,14 @@ func (g *GitHub) AddComment(repo string, number int, author, body string) int64 
 	return g.addCommentLocked(r, r.issues[number], number, author, false, body)
 }
 
+// AddBotComment posts a comment as another App's bot user, login (e.g. "other[bot]").
+func (g *GitHub) AddBotComment(repo string, number int, login, body string) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.repo(repo)
+	return g.addCommentLocked(r, r.issues[number], number, login, true, body)
+}
+
 // RemoveLabelByHand takes a label off an issue as a person would (no request recorded).
 func (g *GitHub) RemoveLabelByHand(repo string, number int, label string) {
 	g.mu.Lock()
@@ -540,6 +548,7 @@ func (g *GitHub) routeTable() []fakeRoute {
 		rt("POST", repoRe+`/issues/comments/([0-9]+)/reactions`, authToken, g.reactComment),
 		rt("GET", repoRe+`/collaborators/([^/]+)/permission`, authToken, g.permission),
 		rt("GET", `/users/([^/]+)`, authToken, g.getUser),
+		rt("GET", `/user`, authToken, g.getAuthenticatedUser),
 		rt("GET", repoRe, authToken, g.getRepo),
 		rt("GET", repoRe+`/pulls`, authToken, g.listPulls),
 		rt("POST", repoRe+`/pulls`, authToken, g.createPull),

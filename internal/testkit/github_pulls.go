@@ -167,6 +167,15 @@ func (g *GitHub) getApp(w http.ResponseWriter, _ *http.Request, _ int64, _ []str
 		"owner": map[string]any{"login": "whilly-go", "type": "Organization"}})
 }
 
+// getAuthenticatedUser is GET /user: the static token's user; an installation token
+// gets 403, as on GitHub.
+func (g *GitHub) getAuthenticatedUser(w http.ResponseWriter, _ *http.Request, inst int64, _ []string) int {
+	if inst != 0 {
+		return writeJSON(w, http.StatusForbidden, map[string]string{"message": "Resource not accessible by integration"})
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"login": g.TokenUser, "id": 4242, "type": "User"})
+}
+
 func (g *GitHub) getUser(w http.ResponseWriter, _ *http.Request, _ int64, m []string) int {
 	if strings.EqualFold(m[1], BotLogin) {
 		return writeJSON(w, http.StatusOK, map[string]any{"login": BotLogin, "id": BotUserID, "type": "Bot"})
