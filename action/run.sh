@@ -25,7 +25,30 @@ fail() {
   exit 2
 }
 
+# sandbox makes bubblewrap work for the agent's box (SPEC §16) where the runner allows it:
+# installs it when missing, and lifts Ubuntu 24.04's AppArmor restriction on unprivileged
+# user namespaces, which GitHub's runners keep on and bubblewrap needs. Both need sudo
+# without a password, as GitHub's hosted runners have; without it whilly-worker says what
+# is missing and exits 2 (or set WHILLY_SANDBOX=none in the step's env to run unboxed).
+sandbox() {
+  [ "${WHILLY_AGENT:-claude}" = "sim" ] && return 0
+  [ "${WHILLY_SANDBOX:-}" = "none" ] && return 0
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || { sudo -n true 2>/dev/null && sudo="sudo -n"; }
+  if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    $sudo apt-get install -y -q bubblewrap >/dev/null 2>&1 ||
+      { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q bubblewrap >/dev/null 2>&1; } ||
+      echo "::warning title=whilly::could not install bubblewrap"
+  fi
+  local knob=/proc/sys/kernel/apparmor_restrict_unprivileged_userns
+  if [ -r "$knob" ] && [ "$(cat "$knob")" = "1" ]; then
+    $sudo sysctl -q -w kernel.apparmor_restrict_unprivileged_userns=0 ||
+      echo "::warning title=whilly::AppArmor restricts user namespaces and sysctl could not lift it: the sandbox will not work"
+  fi
+}
+
 build() {
+  sandbox
   mkdir -p "$(dirname "$bin")"
   (cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$bin" ./cmd/whilly-worker)
   echo "whilly: built $bin with $(go version)"

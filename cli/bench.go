@@ -25,10 +25,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/migrations"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 func (a *app) benchCommand() *cobra.Command {
@@ -928,6 +930,8 @@ type benchE2EOptions struct {
 	workerBin            string
 	simDelay             time.Duration
 	asJSON               bool
+	sandbox              bool     // compare a command agent unboxed and in the sandbox
+	agentEnv             []string // the workers' agent settings; empty: the sim agent
 }
 
 // E2EResult is what `whilly bench e2e` measured.
@@ -961,7 +965,15 @@ The workers first wait in long-poll on the empty plan; then the M tasks are impo
 tasks_per_s is M over the span from the first CLAIM to the last COMPLETE (the events'
 database timestamps, so worker start-up does not count). A task's overhead is the time from
 its CLAIM to its COMPLETE minus the agent's own run time (the sim delay): the claim's
-answer, START, the prompt and the report.`,
+answer, START, the prompt and the report.
+
+With --sandbox a tiny command agent (a shell script) drains the plan twice in the same
+run, first with WHILLY_SANDBOX=none, then in the sandbox (bubblewrap, its init and the
+egress proxy), and the difference of the per-task overheads is what the sandbox adds to
+an attempt (target: at most 150 ms).
+
+Example:
+  whilly bench e2e --workers 2 --sandbox`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -971,6 +983,9 @@ answer, START, the prompt and the report.`,
 				return failf("--tasks must be between 1 and 1000000, got %d", o.tasks)
 			case o.simDelay < 0:
 				return failf("--sim-delay must not be negative")
+			}
+			if o.sandbox && !cmd.Flags().Changed("tasks") {
+				o.tasks = 200
 			}
 			if o.workerBin == "" {
 				exe, err := os.Executable()
@@ -992,7 +1007,71 @@ answer, START, the prompt and the report.`,
 	f.DurationVar(&o.simDelay, "sim-delay", 0, "how long each sim agent run takes")
 	f.IntVar(&o.pool, "pool", 0, "database connections of the control plane (default: pgx's)")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
+	f.BoolVar(&o.sandbox, "sandbox", false, "measure the sandbox: a command agent drains the plan unboxed, then in the sandbox (default --tasks 200)")
 	return cmd
+}
+
+// SandboxResult is what `whilly bench e2e --sandbox` measured: the same bench with a
+// command agent run unboxed and in the sandbox, and what the box adds to an attempt.
+type SandboxResult struct {
+	Unboxed     E2EResult `json:"unboxed"`
+	Boxed       E2EResult `json:"boxed"`
+	AddedP50Ms  float64   `json:"sandbox_added_p50_ms"`
+	AddedP99Ms  float64   `json:"sandbox_added_p99_ms"`
+	TargetP50Ms float64   `json:"target_ms"`
+}
+
+// runBenchSandbox runs the e2e bench twice in one run, with the same tiny command agent:
+// WHILLY_SANDBOX=none, then bwrap. The difference of the per-task overheads is what the
+// box adds to an attempt's start (and end): bubblewrap, the box's init, the proxy.
+func (a *app) runBenchSandbox(ctx context.Context, o benchE2EOptions) error {
+	if err := sandbox.Check(ctx); err != nil {
+		return envf("%w", err)
+	}
+	dir, err := os.MkdirTemp("", "whilly-bench-agent-")
+	if err != nil {
+		return fmt.Errorf("make the bench agent's directory: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	script := filepath.Join(dir, "agent.sh")
+	body := "#!/bin/sh\ncat >/dev/null\necho '{\"result\": \"" + agent.CompletionMarker + "\", \"total_cost_usd\": 0}'\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil { //nolint:gosec // an executable agent, readable by the box
+		return fmt.Errorf("write the bench agent: %w", err)
+	}
+	var res SandboxResult
+	for _, mode := range []string{sandbox.ModeNone, sandbox.ModeBwrap} {
+		o.agentEnv = []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "WHILLY_SANDBOX=" + mode}
+		a.progressf("WHILLY_SANDBOX=%s", mode)
+		r, err := a.measureE2E(ctx, o)
+		if err != nil {
+			return err
+		}
+		if mode == sandbox.ModeNone {
+			res.Unboxed = r
+		} else {
+			res.Boxed = r
+		}
+	}
+	res.AddedP50Ms = res.Boxed.OverheadP50Ms - res.Unboxed.OverheadP50Ms
+	res.AddedP99Ms = res.Boxed.OverheadP99Ms - res.Unboxed.OverheadP99Ms
+	res.TargetP50Ms = 150
+	if o.asJSON {
+		return a.writeJSON(res)
+	}
+	tw := newTable(a.io.Out)
+	tw.row("SANDBOX", "WORKERS", "TASKS", "TASKS/S", "OVERHEAD P50", "P99", "MAX")
+	for _, r := range []struct {
+		mode string
+		e    E2EResult
+	}{{sandbox.ModeNone, res.Unboxed}, {sandbox.ModeBwrap, res.Boxed}} {
+		tw.row(r.mode, fmt.Sprint(r.e.Workers), fmt.Sprint(r.e.Tasks), fmt.Sprintf("%.0f", r.e.TasksPerS),
+			fmt.Sprintf("%.2f ms", r.e.OverheadP50Ms), fmt.Sprintf("%.2f ms", r.e.OverheadP99Ms), fmt.Sprintf("%.2f ms", r.e.OverheadMaxMs))
+	}
+	if err := tw.flush(); err != nil {
+		return err
+	}
+	a.printf("sandbox_added_p50_ms=%.1f sandbox_added_p99_ms=%.1f target_ms=%.0f\n", res.AddedP50Ms, res.AddedP99Ms, res.TargetP50Ms)
+	return nil
 }
 
 // workerEnv is the environment of a scratch worker: ours without whilly's settings,
@@ -1008,18 +1087,49 @@ func workerEnv(extra ...string) []string {
 }
 
 func (a *app) runBenchE2E(ctx context.Context, o benchE2EOptions) error {
-	e, err := a.benchSetup(ctx, o.pool)
+	if o.sandbox {
+		return a.runBenchSandbox(ctx, o)
+	}
+	res, err := a.measureE2E(ctx, o)
 	if err != nil {
 		return err
+	}
+	last := fmt.Sprintf("tasks_per_s=%.0f workers=%d p99_task_overhead_ms=%.2f", res.TasksPerS, res.Workers, res.OverheadP99Ms)
+	if o.asJSON {
+		return a.writeJSON(res)
+	}
+	tw := newTable(a.io.Out)
+	tw.row("WORKERS", "TASKS", "SIM DELAY", "SECONDS", "TASKS/S", "FIRST CLAIM", "OVERHEAD P50", "P99", "MAX", "QUERIES/TASK")
+	tw.row(fmt.Sprint(o.workers), fmt.Sprint(o.tasks), o.simDelay.String(), fmt.Sprintf("%.2f", res.Seconds),
+		fmt.Sprintf("%.0f", res.TasksPerS), fmt.Sprintf("%.1f ms", res.FirstClaimMs), fmt.Sprintf("%.2f ms", res.OverheadP50Ms),
+		fmt.Sprintf("%.2f ms", res.OverheadP99Ms), fmt.Sprintf("%.2f ms", res.OverheadMaxMs), fmt.Sprintf("%.1f", res.QueriesPerTask))
+	if err := tw.flush(); err != nil {
+		return err
+	}
+	a.printf("tasks per worker: %v\n", res.PerWorker)
+	if res.CPUControlMs+res.CPUDBMs > 0 {
+		a.printf("CPU per task: control plane %.2f ms, Postgres %.2f ms, workers %.2f ms; %.2f cores busy at %.0f tasks/s\n",
+			res.CPUControlMs, res.CPUDBMs, res.CPUWorkersMs, (res.CPUControlMs+res.CPUDBMs+res.CPUWorkersMs)*res.TasksPerS/1000, res.TasksPerS)
+	}
+	a.printf("%s\n", last)
+	return nil
+}
+
+// measureE2E runs one e2e bench: o.workers whilly-worker processes with o.agentEnv's
+// agent (the sim agent when it is empty) drain o.tasks tasks of a scratch plan.
+func (a *app) measureE2E(ctx context.Context, o benchE2EOptions) (E2EResult, error) {
+	e, err := a.benchSetup(ctx, o.pool)
+	if err != nil {
+		return E2EResult{}, err
 	}
 	defer e.close(ctx)
 	id, err := e.scratchPlan(ctx, "e2e")
 	if err != nil {
-		return err
+		return E2EResult{}, err
 	}
 	workers, err := e.registerWorkers(ctx, o.workers, nil)
 	if err != nil {
-		return err
+		return E2EResult{}, err
 	}
 	a.progressf("starting %d whilly-worker processes (%s)", o.workers, o.workerBin)
 	runCtx, stop := context.WithCancel(ctx)
@@ -1043,13 +1153,13 @@ func (a *app) runBenchE2E(ctx context.Context, o benchE2EOptions) error {
 	}
 	for i, w := range workers {
 		p := &proc{done: make(chan struct{})}
-		p.cmd = exec.CommandContext(runCtx, o.workerBin, "--plan", id, "--drain", "--agent", "sim")
-		p.cmd.Env = workerEnv("WHILLY_CONTROL_URL="+e.base, "WHILLY_WORKER_TOKEN="+w.token, "WHILLY_WORKER_ID="+w.id,
-			"WHILLY_SIM_DELAY="+o.simDelay.String())
+		p.cmd = exec.CommandContext(runCtx, o.workerBin, "--plan", id, "--drain")
+		p.cmd.Env = workerEnv(append([]string{"WHILLY_AGENT=sim", "WHILLY_CONTROL_URL=" + e.base, "WHILLY_WORKER_TOKEN=" + w.token,
+			"WHILLY_WORKER_ID=" + w.id, "WHILLY_SIM_DELAY=" + o.simDelay.String()}, o.agentEnv...)...)
 		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
 		p.cmd.WaitDelay = 5 * time.Second
 		if err := p.cmd.Start(); err != nil {
-			return envf("start %s: %v", o.workerBin, err)
+			return E2EResult{}, envf("start %s: %v", o.workerBin, err)
 		}
 		go func() {
 			p.exit = p.cmd.Wait()
@@ -1061,25 +1171,25 @@ func (a *app) runBenchE2E(ctx context.Context, o benchE2EOptions) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for e.ln.accepted.Load() < int64(o.workers) {
 		if p := exited(); p != nil {
-			return failf("a whilly-worker exited before any work (%v): %s", p.exit, strings.TrimSpace(p.err.String()))
+			return E2EResult{}, failf("a whilly-worker exited before any work (%v): %s", p.exit, strings.TrimSpace(p.err.String()))
 		}
 		if time.Now().After(deadline) {
-			return envf("only %d of %d workers reached the control plane in 30 s", e.ln.accepted.Load(), o.workers)
+			return E2EResult{}, envf("only %d of %d workers reached the control plane in 30 s", e.ln.accepted.Load(), o.workers)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return E2EResult{}, ctx.Err()
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	if err := e.waitQuiet(ctx, 500*time.Millisecond, 10*time.Second); err != nil {
-		return err
+		return E2EResult{}, err
 	}
 	q0 := e.tracer.httpQueries.Load()
 	cpu := e.startCPU(ctx)
 	a.progressf("importing %d tasks", o.tasks)
 	if err := e.addTasks(ctx, id, benchTasks(o.tasks, false, nil)); err != nil {
-		return err
+		return E2EResult{}, err
 	}
 	limit := time.Duration(max(120, o.tasks/20)) * time.Second
 	timeout := time.After(limit)
@@ -1088,12 +1198,12 @@ func (a *app) runBenchE2E(ctx context.Context, o benchE2EOptions) error {
 		select {
 		case <-p.done:
 			if p.exit != nil {
-				return failf("worker %d: %v\n%s", i+1, p.exit, strings.TrimSpace(p.err.String()))
+				return E2EResult{}, failf("worker %d: %v\n%s", i+1, p.exit, strings.TrimSpace(p.err.String()))
 			}
 		case <-timeout:
-			return failf("the workers did not drain the plan within %s", limit)
+			return E2EResult{}, failf("the workers did not drain the plan within %s", limit)
 		case <-ctx.Done():
-			return ctx.Err()
+			return E2EResult{}, ctx.Err()
 		}
 		var n int
 		if _, err := fmt.Sscanf(p.out.String(), "tasks_done=%d", &n); err == nil {
@@ -1110,27 +1220,9 @@ func (a *app) runBenchE2E(ctx context.Context, o benchE2EOptions) error {
 		res.CPUControlMs, res.CPUDBMs, res.CPUWorkersMs = ms(self)/n, ms(pg)/n, ms(workersCPU)/n
 	}
 	if err := e.e2eTimings(ctx, id, o, &res); err != nil {
-		return err
+		return E2EResult{}, err
 	}
-	last := fmt.Sprintf("tasks_per_s=%.0f workers=%d p99_task_overhead_ms=%.2f", res.TasksPerS, res.Workers, res.OverheadP99Ms)
-	if o.asJSON {
-		return a.writeJSON(res)
-	}
-	tw := newTable(a.io.Out)
-	tw.row("WORKERS", "TASKS", "SIM DELAY", "SECONDS", "TASKS/S", "FIRST CLAIM", "OVERHEAD P50", "P99", "MAX", "QUERIES/TASK")
-	tw.row(fmt.Sprint(o.workers), fmt.Sprint(o.tasks), o.simDelay.String(), fmt.Sprintf("%.2f", res.Seconds),
-		fmt.Sprintf("%.0f", res.TasksPerS), fmt.Sprintf("%.1f ms", res.FirstClaimMs), fmt.Sprintf("%.2f ms", res.OverheadP50Ms),
-		fmt.Sprintf("%.2f ms", res.OverheadP99Ms), fmt.Sprintf("%.2f ms", res.OverheadMaxMs), fmt.Sprintf("%.1f", res.QueriesPerTask))
-	if err := tw.flush(); err != nil {
-		return err
-	}
-	a.printf("tasks per worker: %v\n", res.PerWorker)
-	if res.CPUControlMs+res.CPUDBMs > 0 {
-		a.printf("CPU per task: control plane %.2f ms, Postgres %.2f ms, workers %.2f ms; %.2f cores busy at %.0f tasks/s\n",
-			res.CPUControlMs, res.CPUDBMs, res.CPUWorkersMs, (res.CPUControlMs+res.CPUDBMs+res.CPUWorkersMs)*res.TasksPerS/1000, res.TasksPerS)
-	}
-	a.printf("%s\n", last)
-	return nil
+	return res, nil
 }
 
 // e2eTimings reads the throughput and the per-task overhead from the plan's events.
