@@ -101,6 +101,9 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 	if err != nil {
 		return failf("%v", err)
 	}
+	if err := agent.Check(ag, a.io.Getenv); err != nil {
+		return envf("%v", err)
+	}
 
 	st, closeDB, err := a.openStore(ctx)
 	if err != nil {
@@ -193,6 +196,9 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		return fmt.Errorf("run of plan %s interrupted; its tasks were released: %w", o.planID, ctx.Err())
 	}
 	for _, err := range errs {
+		if errors.Is(err, agent.ErrNotReady) {
+			return envf("%v", err)
+		}
 		if err != nil && !errors.Is(err, worker.ErrStopped) {
 			return fmt.Errorf("a worker stopped: %w", err)
 		}

@@ -99,3 +99,22 @@ func TestReapplyTellsTheTruth(t *testing.T) {
 		t.Fatalf("run of an empty plan: exit %d, %q", code, out)
 	}
 }
+
+// TestRunChecksTheAgentBeforeClaiming: a missing claude CLI is an environment error
+// (exit 2) naming CLAUDE_BIN and the install command, and no task is attempted.
+func TestRunChecksTheAgentBeforeClaiming(t *testing.T) {
+	t.Parallel()
+	dsn := testkit.DSN(t)
+	if code, _, stderr := run(t, dsn, "", "plan", "import", writeFile(t, "plan.json", gatedPlan)); code != 0 {
+		t.Fatalf("import: exit %d: %s", code, stderr)
+	}
+	env := map[string]string{"CLAUDE_BIN": "/nonexistent/claude", "WHILLY_SANDBOX": "none"}
+	code, _, stderr := runEnv(t, dsn, env, "", "run", "--plan", "gated", "--agent", "claude")
+	if code != 2 || !strings.Contains(stderr, "CLAUDE_BIN") || !strings.Contains(stderr, "npm install -g @anthropic-ai/claude-code") {
+		t.Fatalf("run with no claude CLI: exit %d, %q; want 2 naming CLAUDE_BIN and the install command", code, stderr)
+	}
+	code, out, _ := run(t, dsn, "", "plan", "show", "gated", "--json")
+	if code != 0 || !strings.Contains(out, `"attempts": 0`) || strings.Contains(out, `"attempts": 1`) {
+		t.Fatalf("show: exit %d; want no task attempted:\n%s", code, out)
+	}
+}

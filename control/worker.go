@@ -105,7 +105,7 @@ func wakesClaimers(typ string) bool {
 	case queue.EventTaskCreated, queue.EventComplete, queue.EventRelease, queue.EventRetry, queue.EventReset,
 		queue.EventTaskSkipped, queue.EventPlanBudgetRaised, queue.EventPlanReset, "plan.resumed",
 		queue.EventPlanDone, queue.EventPlanFailed, queue.EventPlanCancelled, queue.EventPlanBudgetExceeded,
-		queue.NotificationResync:
+		queue.EventPlanReopened, queue.EventTaskUpdated, queue.NotificationResync:
 		return true
 	}
 	return false

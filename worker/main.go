@@ -123,6 +123,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	if err != nil {
 		return fail(2, "%v", err)
 	}
+	cfg := agent.ConfigFromEnv(getenv)
+	cfg.Logger = log
+	if cfg.Sim, err = simFromEnv(env); err != nil {
+		return fail(2, "%v", err)
+	}
+	cfg.Sandbox = sb
+	ag, err := agent.New(*agentName, cfg)
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	// Before claiming (and registering): a missing or logged-out agent CLI is this
+	// machine's problem, and would otherwise fail every attempt of every task.
+	if err := agent.Check(ag, getenv); err != nil {
+		return fail(2, "%v", err)
+	}
 	api, err := client.New(*connect, tok, client.Options{Insecure: *insecure})
 	if err != nil {
 		return fail(2, "%v", err)
@@ -143,16 +158,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	if *workerID == "" {
 		return fail(2, "no worker id: set WHILLY_WORKER_ID (printed by 'whilly worker register')")
 	}
-	cfg := agent.ConfigFromEnv(getenv)
-	cfg.Logger = log
-	if cfg.Sim, err = simFromEnv(env); err != nil {
-		return fail(2, "%v", err)
-	}
-	cfg.Sandbox = sb
-	ag, err := agent.New(*agentName, cfg)
-	if err != nil {
-		return fail(2, "%v", err)
-	}
 	w, err := New(api, ag, log, Config{
 		WorkerID: *workerID, PlanID: *planID, Model: *model, Once: *once, Drain: *drain,
 		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir, WorkspaceDir: *wsDir,
@@ -172,7 +177,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	switch {
 	case err == nil, errors.Is(err, ErrStopped):
 		return 0
-	case fatal(err):
+	case fatal(err), errors.Is(err, agent.ErrNotReady):
 		return fail(2, "%v", err)
 	default:
 		return fail(1, "%v", err)

@@ -74,7 +74,13 @@ type Outcome struct {
 	// changed nothing in its workspace.
 	HeadSHA   string
 	NoChanges bool
+	// Err, when set, stops the worker after this attempt: the machine cannot run the
+	// agent (agent.ErrNotReady).
+	Err error
 }
+
+// ReasonAgentMissing is the RELEASE reason of a task whose agent's executable vanished.
+const ReasonAgentMissing = "agent_not_found"
 
 // Summary counts what a worker did before it stopped.
 type Summary struct {
@@ -193,7 +199,11 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 			idle.reset()
 		}
 		var stop bool
-		if next, stop = w.ran(ctx, claim, &sum); stop {
+		var out Outcome
+		if next, out, stop = w.ran(ctx, claim, &sum); stop {
+			if out.Err != nil {
+				return sum, out.Err
+			}
 			return sum, stopErr(ctx)
 		}
 	}
@@ -211,7 +221,7 @@ func stopErr(ctx context.Context) error {
 // ran runs a claimed task and counts its outcome in sum. It returns the next claim when
 // the completion brought one, and whether Run must stop: the task was released (shutdown)
 // or Once is set.
-func (w *Worker) ran(ctx context.Context, claim *client.Claim, sum *Summary) (*client.Claim, bool) {
+func (w *Worker) ran(ctx context.Context, claim *client.Claim, sum *Summary) (*client.Claim, Outcome, bool) {
 	// Another task is wanted after this one unless this is the last one.
 	wantNext := !w.cfg.Once && (w.cfg.MaxTasks == 0 || sum.Done+sum.Failed+sum.Lost+1 < w.cfg.MaxTasks)
 	out, next := w.runTask(ctx, claim, wantNext)
@@ -229,7 +239,7 @@ func (w *Worker) ran(ctx context.Context, claim *client.Claim, sum *Summary) (*c
 	if w.cfg.OnResult != nil {
 		w.cfg.OnResult(out)
 	}
-	return next, out.Status == "released" || w.cfg.Once
+	return next, out, out.Status == "released" || w.cfg.Once
 }
 
 // fatal reports errors that waiting will not cure: the token is refused, or the request
@@ -287,6 +297,14 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	if ctx.Err() != nil {
 		// Shutdown: the agent's process group is gone; hand the task back.
 		return w.release(log, c, out, "shutdown"), nil
+	}
+	if errors.Is(r.runErr, agent.ErrNotFound) {
+		// The agent's CLI is gone from this machine: the task is not to blame. Hand it back
+		// uncounted and stop this worker (Run returns the error).
+		log.ErrorContext(ctx, "the agent's executable is missing; task released, worker stopping", "error", r.runErr)
+		out = w.release(log, c, out, ReasonAgentMissing)
+		out.Err = fmt.Errorf("%w: %w", agent.ErrNotReady, r.runErr)
+		return out, nil
 	}
 	if cause := context.Cause(runCtx); errors.Is(cause, errLeaseLost) {
 		log.WarnContext(ctx, "lease lost while the agent ran; agent killed")
@@ -529,9 +547,6 @@ func failureOf(res agent.Result, runErr error) client.FailRequest {
 	switch {
 	case errors.Is(runErr, agent.ErrPromptInjection):
 		reason, retryable = agent.ReasonPromptInjection, false
-		detail = map[string]any{"detail": runErr.Error()}
-	case errors.Is(runErr, agent.ErrNotFound):
-		reason = "agent_not_found"
 		detail = map[string]any{"detail": runErr.Error()}
 	case runErr != nil:
 		reason = "agent_error"
