@@ -16,7 +16,7 @@ import (
 func TestImportsStayStandard(t *testing.T) {
 	t.Parallel()
 	allowed := map[string]bool{"github.com/whilly-go/whilly/plan": true, "github.com/whilly-go/whilly/sandbox": true,
-		"golang.org/x/sys/unix": true}
+		"golang.org/x/sys/unix": true, "github.com/whilly-go/whilly/internal/config": true}
 	for _, dir := range []string{".", filepath.Join("..", "plan"), filepath.Join("..", "sandbox")} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/whilly-go/whilly/internal/config"
 )
 
 // Modes of WHILLY_SANDBOX.
@@ -40,11 +42,12 @@ type Settings struct {
 // SettingsFromEnv reads WHILLY_SANDBOX, WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS and
 // WHILLY_AGENT_ENV through getenv (usually os.Getenv), and checks them.
 func SettingsFromEnv(getenv func(string) string) (Settings, error) {
+	env := config.New(getenv)
 	s := Settings{
-		Mode:       strings.ToLower(strings.TrimSpace(getenv("WHILLY_SANDBOX"))),
-		Net:        strings.ToLower(strings.TrimSpace(getenv("WHILLY_SANDBOX_NET"))),
-		AllowHosts: splitList(getenv("WHILLY_SANDBOX_ALLOW_HOSTS")),
-		AgentEnv:   splitList(getenv("WHILLY_AGENT_ENV")),
+		Mode:       strings.ToLower(env.Raw(config.Sandbox)),
+		Net:        strings.ToLower(env.Raw(config.SandboxNet)),
+		AllowHosts: env.List(config.SandboxAllowHosts),
+		AgentEnv:   env.List(config.AgentEnv),
 	}
 	return s, s.validate()
 }
@@ -76,16 +79,6 @@ func (s *Settings) validate() error {
 		}
 	}
 	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for p := range strings.SplitSeq(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func envName(n string) bool {
