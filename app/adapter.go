@@ -317,6 +317,21 @@ func (c *ghApp) HookDeliveries(ctx context.Context, since time.Time) ([]HookDeli
 	return out, nil
 }
 
+func (c *ghApp) HookDelivery(ctx context.Context, id int64) (HookDelivery, []byte, error) {
+	d, resp, err := c.gh.Apps.GetHookDelivery(ctx, id)
+	if err != nil {
+		return HookDelivery{}, nil, mapErr(fmt.Sprintf("read webhook delivery %d", id), resp, err)
+	}
+	out := HookDelivery{
+		ID: d.GetID(), GUID: d.GetGUID(), DeliveredAt: d.GetDeliveredAt().Time, StatusCode: d.GetStatusCode(),
+		Event: d.GetEvent(), Action: d.GetAction(), Redelivery: d.GetRedelivery(),
+	}
+	if d.Request == nil || d.Request.RawPayload == nil {
+		return out, nil, fmt.Errorf("read webhook delivery %d: GitHub sent no payload", id)
+	}
+	return out, []byte(*d.Request.RawPayload), nil
+}
+
 func (c *ghApp) Redeliver(ctx context.Context, id int64) error {
 	_, resp, err := c.gh.Apps.RedeliverHookDelivery(ctx, id)
 	var accepted *github.AcceptedError

@@ -238,6 +238,8 @@ type AppClient interface {
 	HookDeliveries(ctx context.Context, since time.Time) ([]HookDelivery, error)
 	// Redeliver asks GitHub to deliver a delivery again.
 	Redeliver(ctx context.Context, id int64) error
+	// HookDelivery reads one delivery of the log with the payload GitHub sent.
+	HookDelivery(ctx context.Context, id int64) (HookDelivery, []byte, error)
 	// RepoInstallation returns the id of the installation that covers repo.
 	RepoInstallation(ctx context.Context, repo Repo) (int64, error)
 	// Self reads the App (its slug names its bot user).

@@ -38,6 +38,10 @@ type ReconcileConfig struct {
 	// Dispatcher, when set (WHILLY_DISPATCH_ACTIONS=1), dispatches Actions workers
 	// again to plans whose ready tasks nobody runs.
 	Dispatcher *Dispatcher
+	// NoRedeliver skips asking GitHub to redeliver failed deliveries: in pull mode every
+	// delivery is read from the log, failed or not, and redelivering would only post to
+	// a URL that cannot answer.
+	NoRedeliver bool
 }
 
 // Reconciler repairs what events alone miss (policy-bot #960, bulldozer #187): it
@@ -130,10 +134,12 @@ func (r *Reconciler) Run(ctx context.Context, jobs Jobs) (ReconcileResult, error
 			return res, err
 		}
 	}
-	n, err := r.redeliver(ctx)
-	res.Redelivered = n
-	if err != nil && !errors.Is(err, ErrNoApp) {
-		return res, err
+	if !r.cfg.NoRedeliver {
+		n, err := r.redeliver(ctx)
+		res.Redelivered = n
+		if err != nil && !errors.Is(err, ErrNoApp) {
+			return res, err
+		}
 	}
 	if res.Pruned, err = r.store.PruneDeliveries(ctx, time.Now().Add(-r.cfg.KeepDeliveries)); err != nil {
 		return res, err

@@ -38,6 +38,10 @@ type githubEnv struct {
 	// wait for a worker (WHILLY_DISPATCH_INTERVAL).
 	dispatch     bool
 	dispatchIdle time.Duration
+	// pull (WHILLY_GITHUB_DELIVERIES=pull) polls the App's delivery log every
+	// pullInterval (WHILLY_GITHUB_PULL_INTERVAL) instead of waiting for POST /webhook.
+	pull         bool
+	pullInterval time.Duration
 }
 
 // readGitHubEnv reads WHILLY_GITHUB_*. app reports whether the App is configured
@@ -56,6 +60,19 @@ func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
 	}
 	if env.dispatchIdle, err = a.envDuration("WHILLY_DISPATCH_INTERVAL", 10*time.Minute); err != nil {
 		return env, false, err
+	}
+	switch mode := a.env("WHILLY_GITHUB_DELIVERIES"); mode {
+	case "", "push":
+	case "pull":
+		env.pull = true
+	default:
+		return env, false, envf("WHILLY_GITHUB_DELIVERIES must be push or pull, got %q", mode)
+	}
+	if env.pullInterval, err = a.envDuration("WHILLY_GITHUB_PULL_INTERVAL", ghapp.PullDefaultInterval); err != nil {
+		return env, false, err
+	}
+	if env.pullInterval < time.Second {
+		return env, false, envf("WHILLY_GITHUB_PULL_INTERVAL must be at least 1s, got %s", env.pullInterval)
 	}
 	secret, err := a.secret("WHILLY_GITHUB_WEBHOOK_SECRET")
 	if err != nil {
@@ -200,15 +217,20 @@ func (a *app) githubParts(st *queue.Store, env githubEnv, hasApp bool) (*githubP
 	return &githubParts{factory: f, jobs: jobs, mirror: mirror, intake: svc, dispatcher: dispatcher}, nil
 }
 
-// githubExtension plugs the GitHub App into the control plane: POST /webhook, the
+// githubExtension plugs the GitHub App into the control plane: POST /webhook (or, with
+// WHILLY_GITHUB_DELIVERIES=pull, the poll of the App's delivery log as well), the
 // delivery, mirror, reconciler (and with WHILLY_DISPATCH_ACTIONS=1 dispatch) jobs, the
 // mirror hook on every plan change, and the workspaces of claims of repository plans
-// (push tokens minted per repository). It is nil without WHILLY_GITHUB_APP_ID; with it,
-// the webhook secret and the private key are required (exit 2).
+// (push tokens minted per repository). Without an App it only answers /webhook with 503
+// naming what is missing; with one, the webhook secret and the private key are required
+// (exit 2).
 func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, error) {
 	env, hasApp, err := a.readGitHubEnv()
-	if err != nil || !hasApp {
+	if err != nil {
 		return nil, err
+	}
+	if !hasApp {
+		return &extension{routes: map[string]http.Handler{"/webhook": webhook.NotConfigured(a.missingAppVariables(env))}}, nil
 	}
 	if len(env.secret) == 0 {
 		return nil, envf("WHILLY_GITHUB_APP_ID is set but WHILLY_GITHUB_WEBHOOK_SECRET is not: the webhook refuses unsigned deliveries")
@@ -224,7 +246,21 @@ func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, e
 	if err != nil {
 		return nil, envf("start the webhook receiver: %w", err)
 	}
-	rec := ghapp.NewReconciler(st, parts.factory, a.log, ghapp.ReconcileConfig{Interval: env.reconcile, Dispatcher: parts.dispatcher})
+	var puller *ghapp.DeliveryPuller
+	if env.pull {
+		puller = ghapp.NewDeliveryPuller(st, parts.factory, a.log, ghapp.PullConfig{
+			AppID: env.appID, Interval: env.pullInterval, Events: intake.Events(),
+			Receive: func(ctx context.Context, guid, event string, payload []byte) (string, error) {
+				status, out := hook.Receive(ctx, webhook.SourcePull, guid, event, payload)
+				if status >= http.StatusInternalServerError {
+					return out.Status, errors.New(out.Message)
+				}
+				return out.Status, nil
+			},
+		})
+	}
+	rec := ghapp.NewReconciler(st, parts.factory, a.log, ghapp.ReconcileConfig{
+		Interval: env.reconcile, Dispatcher: parts.dispatcher, NoRedeliver: env.pull})
 	ws := ghapp.NewWorkspaces(parts.factory, a.log, ghapp.WorkspaceConfig{})
 	return &extension{
 		planChanged: func(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], planID string) error {
@@ -240,11 +276,29 @@ func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, e
 			if parts.dispatcher != nil {
 				river.AddWorker(w, parts.dispatcher.Worker())
 			}
-			return []*river.PeriodicJob{rec.Periodic()}
+			periodic := []*river.PeriodicJob{rec.Periodic()}
+			if puller != nil {
+				river.AddWorker(w, puller.Worker())
+				periodic = append(periodic, puller.Periodic())
+			}
+			return periodic
 		},
 		routes:     map[string]http.Handler{"/webhook": hook},
 		workspaces: ws.Workspace,
 	}, nil
+}
+
+// missingAppVariables names what the App needs that is not set, WHILLY_GITHUB_APP_ID
+// first.
+func (a *app) missingAppVariables(env githubEnv) []string {
+	missing := []string{"WHILLY_GITHUB_APP_ID"}
+	if a.env("WHILLY_GITHUB_PRIVATE_KEY") == "" && a.env("WHILLY_GITHUB_PRIVATE_KEY_FILE") == "" {
+		missing = append(missing, "WHILLY_GITHUB_PRIVATE_KEY (or _FILE)")
+	}
+	if len(env.secret) == 0 {
+		missing = append(missing, "WHILLY_GITHUB_WEBHOOK_SECRET")
+	}
+	return missing
 }
 
 // errNoGitHub is returned by commands that need GitHub when nothing is configured.

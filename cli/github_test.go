@@ -28,13 +28,14 @@ func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 	t.Parallel()
 	gh := testkit.NewGitHub(t)
 	st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
-	a, _ := githubTestApp(map[string]string{})
-	if ext, err := a.githubExtension(context.Background(), st); ext != nil || err != nil {
-		t.Errorf("without WHILLY_GITHUB_APP_ID: %v, %v; want nil, nil", ext, err)
+	a, _ := githubTestApp(map[string]string{"WHILLY_DATA_DIR": t.TempDir()})
+	if ext, err := a.githubExtension(context.Background(), st); err != nil || ext == nil || ext.planChanged != nil || ext.register != nil ||
+		len(ext.routes) != 1 || ext.routes["/webhook"] == nil {
+		t.Errorf("without WHILLY_GITHUB_APP_ID: %+v, %v; want only /webhook (503)", ext, err)
 	}
 	full := map[string]string{
 		"WHILLY_GITHUB_APP_ID": "4242", "WHILLY_GITHUB_PRIVATE_KEY": string(gh.KeyPEM),
-		"WHILLY_GITHUB_WEBHOOK_SECRET": "s", "WHILLY_GITHUB_API_URL": gh.URL(),
+		"WHILLY_GITHUB_WEBHOOK_SECRET": "s", "WHILLY_GITHUB_API_URL": gh.URL(), "WHILLY_DATA_DIR": t.TempDir(),
 	}
 	for _, missing := range []string{"WHILLY_GITHUB_WEBHOOK_SECRET", "WHILLY_GITHUB_PRIVATE_KEY"} {
 		env := map[string]string{}

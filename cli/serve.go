@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -123,7 +124,7 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 	if err != nil {
 		return nil, err
 	}
-	if len(exts) == 0 {
+	if !slices.ContainsFunc(exts, func(e *extension) bool { return e.planChanged != nil || e.taskFailed != nil }) {
 		// No hook to run: the store's hot paths may then skip explicit transactions.
 		st = st.WithHooks(queue.Hooks{})
 	}

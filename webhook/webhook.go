@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -55,6 +56,12 @@ type Handler struct {
 	log     *slog.Logger
 	cfg     Config
 	events  map[string]bool
+
+	badSig struct {
+		sync.Mutex
+		last       time.Time
+		suppressed int
+	}
 }
 
 // ErrNoSecret: the receiver refuses to run without a webhook secret (Atlantis' optional
@@ -112,17 +119,42 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !h.verify(r.Header.Get("X-Hub-Signature-256"), body) {
+		h.warnBadSignature(r)
 		reply(w, http.StatusUnauthorized, Outcome{"bad_signature", "X-Hub-Signature-256 is missing or does not match."})
 		return
 	}
 	event, id := r.Header.Get("X-GitHub-Event"), r.Header.Get("X-GitHub-Delivery")
+	status, out := h.Receive(r.Context(), SourcePush, id, event, body)
+	reply(w, status, out)
+}
+
+// Sources of a delivery, in the log line of each.
+const (
+	SourcePush = "push" // POST /webhook
+	SourcePull = "pull" // the App's delivery log (WHILLY_GITHUB_DELIVERIES=pull)
+)
+
+// Receive checks and stores a delivery whose origin is established (a verified
+// signature, or the App's own delivery log read with its JWT), enqueueing its job in the
+// same transaction. It returns the HTTP status and outcome the webhook answers, and logs
+// every delivery at INFO with its id, event and outcome. Both POST /webhook and pull mode
+// go through it.
+func (h *Handler) Receive(ctx context.Context, source, id, event string, body []byte) (int, Outcome) {
+	status, out, action, inst := h.receive(ctx, id, event, body)
+	h.log.InfoContext(ctx, "webhook delivery", "delivery_id", limit(id), "event", limit(event), "action", action,
+		"installation_id", inst, "outcome", out.Status, "source", source)
+	return status, out
+}
+
+func (h *Handler) receive(ctx context.Context, id, event string, body []byte) (status int, out Outcome, action string, inst int64) {
+	if int64(len(body)) > h.cfg.MaxBytes {
+		return http.StatusRequestEntityTooLarge, Outcome{"too_large", "The body is larger than the limit."}, "", 0
+	}
 	if event == "" || id == "" || len(id) > 200 || len(event) > 100 {
-		reply(w, http.StatusBadRequest, Outcome{"bad_request", "X-GitHub-Event and X-GitHub-Delivery are required."})
-		return
+		return http.StatusBadRequest, Outcome{"bad_request", "X-GitHub-Event and X-GitHub-Delivery are required."}, "", 0
 	}
 	if !h.events[event] {
-		reply(w, http.StatusAccepted, Outcome{"ignored", "whilly does not handle this event."})
-		return
+		return http.StatusAccepted, Outcome{"ignored", "whilly does not handle this event."}, "", 0
 	}
 	var head struct {
 		Action       string `json:"action"`
@@ -131,35 +163,58 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} `json:"installation"`
 	}
 	if err := json.Unmarshal(body, &head); err != nil || !isObject(body) {
-		reply(w, http.StatusBadRequest, Outcome{"bad_request", "The body is not a JSON object."})
-		return
+		return http.StatusBadRequest, Outcome{"bad_request", "The body is not a JSON object."}, "", 0
 	}
 	if !utf8.Valid(body) {
-		reply(w, http.StatusBadRequest, Outcome{"bad_request", "The body is not UTF-8."})
-		return
+		return http.StatusBadRequest, Outcome{"bad_request", "The body is not UTF-8."}, "", 0
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	action, inst = limit(head.Action), head.Installation.ID
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
 	defer cancel()
 	d := queue.Delivery{ID: id, Event: event, Action: head.Action, InstallationID: head.Installation.ID, Payload: body}
 	stored, err := h.store.RecordDelivery(ctx, d, func(ctx context.Context, tx pgx.Tx) error { return h.enqueue(ctx, tx, id) })
 	if errors.Is(err, queue.ErrInvalid) {
 		// Postgres' jsonb refuses \u0000 and lone surrogates: it could never be processed.
-		reply(w, http.StatusBadRequest, Outcome{"bad_request", "The body holds a NUL character or a lone surrogate."})
-		return
+		return http.StatusBadRequest, Outcome{"bad_request", "The body holds a NUL character or a lone surrogate."}, action, inst
 	}
 	if err != nil {
 		// GitHub does not retry on its own; the reconciler redelivers failed deliveries.
 		h.log.ErrorContext(ctx, "store webhook delivery", "delivery_id", id, "event", event, "error", err)
-		reply(w, http.StatusServiceUnavailable, Outcome{"unavailable", "The delivery could not be stored; it will be redelivered."})
-		return
+		return http.StatusServiceUnavailable, Outcome{"unavailable", "The delivery could not be stored; it will be redelivered."}, action, inst
 	}
 	if !stored {
-		reply(w, http.StatusAccepted, Outcome{"duplicate", "This delivery was already received."})
+		return http.StatusAccepted, Outcome{"duplicate", "This delivery was already received."}, action, inst
+	}
+	return http.StatusAccepted, Outcome{Status: "queued"}, action, inst
+}
+
+// limit keeps a header value an attacker chose short in the log.
+func limit(s string) string {
+	if len(s) <= 100 {
+		return s
+	}
+	return s[:100] + "…"
+}
+
+// badSignatureEvery is how often at most a bad signature is logged; the ones in between
+// are counted into the next line, so a flood of forged requests cannot flood the log.
+const badSignatureEvery = 10 * time.Second
+
+// warnBadSignature logs a refused signature at WARN, at most once per badSignatureEvery.
+func (h *Handler) warnBadSignature(r *http.Request) {
+	h.badSig.Lock()
+	now := time.Now()
+	if now.Sub(h.badSig.last) < badSignatureEvery {
+		h.badSig.suppressed++
+		h.badSig.Unlock()
 		return
 	}
-	h.log.DebugContext(ctx, "webhook delivery queued", "delivery_id", id, "event", event, "action", head.Action,
-		"installation_id", head.Installation.ID)
-	reply(w, http.StatusAccepted, Outcome{Status: "queued"})
+	suppressed := h.badSig.suppressed
+	h.badSig.last, h.badSig.suppressed = now, 0
+	h.badSig.Unlock()
+	h.log.WarnContext(r.Context(), "webhook signature refused", "delivery_id", limit(r.Header.Get("X-GitHub-Delivery")),
+		"event", limit(r.Header.Get("X-GitHub-Event")), "remote_addr", r.RemoteAddr,
+		"signature_present", r.Header.Get("X-Hub-Signature-256") != "", "suppressed_since_last", suppressed)
 }
 
 // verify checks the HMAC-SHA256 signature in constant time.
@@ -193,4 +248,18 @@ func reply(w http.ResponseWriter, status int, o Outcome) {
 // String describes the config without the secret.
 func (c Config) String() string {
 	return fmt.Sprintf("webhook{events=%v max_bytes=%d secret=[redacted]}", c.Events, c.MaxBytes)
+}
+
+// NotConfigured answers POST /webhook while the GitHub App is not configured: 503 and
+// a body naming what is missing, so a delivery GitHub sends too early is visibly failed
+// (and redelivered later) rather than a 404 that reads like a wrong URL.
+func NotConfigured(missing []string) http.Handler {
+	msg := "The GitHub App is not configured on this server: set " + strings.Join(missing, ", ") +
+		" (or run `whilly app create`) and restart whilly serve."
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "app_not_configured", "message": msg}) // the client went away
+	})
 }

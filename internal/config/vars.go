@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/whilly-go/whilly/plan"
 )
@@ -62,6 +63,7 @@ const (
 	GitHubAPIURL            Name = "WHILLY_GITHUB_API_URL"
 	GitHubToken             Name = "WHILLY_GITHUB_TOKEN"
 	GitHubDeliveries        Name = "WHILLY_GITHUB_DELIVERIES"
+	GitHubPullInterval      Name = "WHILLY_GITHUB_PULL_INTERVAL"
 	GitHubMirrorInterval    Name = "WHILLY_GITHUB_MIRROR_INTERVAL"
 	GitHubReconcileInterval Name = "WHILLY_GITHUB_RECONCILE_INTERVAL"
 	GitHubBudgetUSD         Name = "WHILLY_GITHUB_BUDGET_USD"
@@ -199,6 +201,8 @@ func Vars() []Var {
 			Doc: "a token for `whilly forge intake` without an App"},
 		{Name: GitHubDeliveries, Section: secGitHub, Kind: KindEnum, Values: []string{"push", "pull"}, Default: "push", Commands: srv,
 			Doc: "`push`: GitHub posts to `/webhook`; `pull`: poll the App's delivery log (no public URL needed)"},
+		{Name: GitHubPullInterval, Section: secGitHub, Kind: KindDuration, Default: "10s", Commands: srv, Check: atLeastASecond,
+			Doc: "pull mode: how often the App's delivery log is polled (the latency; one API call per poll, plus one per new delivery)"},
 		{Name: GitHubMirrorInterval, Section: secGitHub, Kind: KindDuration, Default: "3s", Commands: srv,
 			Doc: "status comment edits of a plan are coalesced to one per interval"},
 		{Name: GitHubReconcileInterval, Section: secGitHub, Kind: KindDuration, Default: "5m", Commands: srv,
@@ -245,4 +249,14 @@ func privateKey(s string) error {
 		return nil
 	}
 	return errors.New("the PEM block is not an RSA private key")
+}
+
+// atLeastASecond refuses a poll interval under one second (River's periodic jobs are
+// unique per period of at least a second).
+func atLeastASecond(s string) error {
+	d, err := ParseDuration(s)
+	if err == nil && d < time.Second {
+		return fmt.Errorf("%q is shorter than 1s", s)
+	}
+	return nil
 }

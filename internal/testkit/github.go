@@ -105,6 +105,9 @@ type FakeHookDelivery struct {
 	StatusCode  int
 	Event       string
 	Action      string
+	// Payload is what GitHub sent (GET /app/hook/deliveries/{id} returns it); a
+	// delivery without one cannot be read back.
+	Payload []byte
 }
 
 type fakeToken struct {
@@ -533,6 +536,7 @@ func (g *GitHub) routeTable() []fakeRoute {
 		rt("POST", `/app-manifests/([^/]+)/conversions`, authNone, g.convertManifest),
 		rt("GET", `/app/hook/deliveries`, authApp, g.listDeliveries),
 		rt("POST", `/app/hook/deliveries/([0-9]+)/attempts`, authApp, g.redeliver),
+		rt("GET", `/app/hook/deliveries/([0-9]+)`, authApp, g.getDelivery),
 		rt("GET", repoRe+`/installation`, authApp, g.repoInstallation),
 		rt("GET", issueRe, authToken, g.getIssue),
 		rt("GET", issueRe+`/labels`, authToken, g.listIssueLabels),
@@ -664,6 +668,44 @@ func (g *GitHub) listDeliveries(w http.ResponseWriter, r *http.Request, _ int64,
 			"status_code": d.StatusCode, "status": http.StatusText(d.StatusCode), "event": d.Event, "action": d.Action, "redelivery": false})
 	}
 	return writeJSON(w, http.StatusOK, out)
+}
+
+// LogDelivery records a delivery of payload in the App's delivery log as GitHub does
+// when it posts a webhook (failed, as to a URL nothing answers: pull mode's case), and
+// returns it.
+func (g *GitHub) LogDelivery(event, guid string, payload []byte) FakeHookDelivery {
+	var head struct {
+		Action string `json:"action"`
+	}
+	_ = json.Unmarshal(payload, &head) // a payload without an action has none
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.nextID++
+	d := FakeHookDelivery{ID: g.nextID, GUID: guid, DeliveredAt: time.Now(), StatusCode: http.StatusBadGateway,
+		Event: event, Action: head.Action, Payload: slices.Clone(payload)}
+	g.deliveries = append(g.deliveries, d)
+	return d
+}
+
+func (g *GitHub) getDelivery(w http.ResponseWriter, _ *http.Request, _ int64, m []string) int {
+	id, _ := strconv.ParseInt(m[1], 10, 64)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, d := range g.deliveries {
+		if d.ID == id && d.Payload != nil {
+			return writeJSON(w, http.StatusOK, map[string]any{
+				"id": d.ID, "guid": d.GUID, "delivered_at": d.DeliveredAt.UTC().Format(time.RFC3339),
+				"status_code": d.StatusCode, "status": http.StatusText(d.StatusCode), "event": d.Event, "action": d.Action,
+				"redelivery": false, "duration": 0.1,
+				"request": map[string]any{
+					"headers": map[string]string{"X-GitHub-Event": d.Event, "X-GitHub-Delivery": d.GUID, "Content-Type": "application/json"},
+					"payload": json.RawMessage(d.Payload),
+				},
+				"response": map[string]any{"headers": map[string]string{}, "payload": "Bad Gateway"},
+			})
+		}
+	}
+	return notFound(w)
 }
 
 func (g *GitHub) redeliver(w http.ResponseWriter, _ *http.Request, _ int64, m []string) int {
