@@ -37,6 +37,13 @@ var secretPatterns = []struct {
 	{[]string{"xapp-"}, regexp.MustCompile(`\bxapp-\d-[A-Za-z0-9\-]{10,}`), "[REDACTED:slack_token]"},
 	{[]string{"hooks.slack.com"}, regexp.MustCompile(`https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+`), "[REDACTED:slack_webhook]"},
 	{[]string{"eyj"}, regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`), "[REDACTED:jwt]"},
+	// whilly's own tokens: whilly_w_ (worker), whilly_a_ (admin), whilly_r_ (read) and any
+	// other kind letter, then the base64url secret.
+	{[]string{"whilly_"}, regexp.MustCompile(`whilly_[a-z]_[A-Za-z0-9_\-]{20,}`), "[REDACTED:whilly_token]"},
+	// "x-access-token:TOKEN" in base64, as git's http.extraheader carries a push token
+	// (AUTHORIZATION: basic …): base64 of the 15 bytes "x-access-token:" is always this.
+	{[]string{"ec1hy2nlc3mtdg9rzw46"}, regexp.MustCompile(`eC1hY2Nlc3MtdG9rZW46[A-Za-z0-9+/]*={0,2}`), "[REDACTED:github_basic_auth]"},
+	{[]string{"x-access-token:"}, regexp.MustCompile(`(?i)\b(x-access-token:)[^\s@"'/]+`), "${1}[REDACTED]"},
 	// user:password@ in URLs (database DSNs, git remotes).
 	{[]string{"://"}, regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/@]+:)[^\s@/]+@`), "${1}[REDACTED]@"},
 	// Authorization headers of any scheme, and bare bearer tokens.
@@ -50,7 +57,8 @@ var secretPatterns = []struct {
 }
 
 // Redact masks secrets in s: GitHub tokens (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_),
-// Anthropic (sk-ant-) and OpenAI (sk-) keys, AWS access key ids, Slack tokens and
+// whilly's own tokens (whilly_w_, whilly_a_, whilly_r_ …), Anthropic (sk-ant-) and
+// OpenAI (sk-) keys, x-access-token basic auth (plain and base64), AWS access key ids, Slack tokens and
 // webhooks, Google, Groq, Stripe, npm and GitLab keys, JWTs, PEM private keys (a cut-off
 // one to the end of s), Authorization headers and bearer tokens, passwords in URLs, and the
 // values of password=, secret:, api_key=, …_token= style assignments. It is idempotent and
@@ -206,6 +214,8 @@ func secretKind(repl string, hints []string) (kind string, named bool) {
 		return "authorization", true
 	case "bearer":
 		return "bearer", true
+	case "x-access-token:":
+		return "basic_auth", true
 	}
 	return "assignment", true
 }

@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"encoding/base64"
 	"strings"
 	"testing"
 )
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
 func TestRedact(t *testing.T) {
 	t.Parallel()
@@ -38,6 +41,16 @@ func TestRedact(t *testing.T) {
 		{"https://x-access-token:" + gh + "@github.com/o/r.git", "https://x-access-token:[REDACTED]@github.com/o/r.git"},
 		{"jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "jwt [REDACTED:jwt]"},
 		{"AIza" + strings.Repeat("S", 35), "[REDACTED:google_key]"},
+		// whilly's own tokens, as queue mints them: prefix + 43 base64url characters.
+		{"worker token whilly_w_" + strings.Repeat("aB3-_", 8) + "xyz!", "worker token [REDACTED:whilly_token]!"},
+		{"WHILLY_ADMIN=whilly_a_" + strings.Repeat("Qz9", 14) + "k", "WHILLY_ADMIN=[REDACTED:whilly_token]"},
+		{`{"token":"whilly_r_` + strings.Repeat("r", 43) + `"}`, `{"token":"[REDACTED]"}`},
+		{"curl -H 'X: whilly_b_" + strings.Repeat("b7", 22) + "'", "curl -H 'X: [REDACTED:whilly_token]'"},
+		// A push token in git's extraheader, base64 of x-access-token:TOKEN, with or without the header name.
+		{"http.https://github.com/.extraheader=AUTHORIZATION: basic " + b64("x-access-token:"+gh), "http.https://github.com/.extraheader=AUTHORIZATION: basic [REDACTED]"},
+		{"git -c http.extraheader=\"basic " + b64("x-access-token:ghs_"+strings.Repeat("t", 36)) + "\" push", "git -c http.extraheader=\"basic [REDACTED:github_basic_auth]\" push"},
+		{"Proxy-Authorization: Basic " + b64("bob:hunter2"), "Proxy-Authorization: Basic [REDACTED]"},
+		{"credential x-access-token:v1.0123456789abcdef and more", "credential x-access-token:[REDACTED] and more"},
 		{"gsk_" + strings.Repeat("g", 52), "[REDACTED:groq_key]"},
 		// Left alone: ordinary text and token counts.
 		{`"input_tokens": 0, "output_tokens": 12, max_tokens=4096`, `"input_tokens": 0, "output_tokens": 12, max_tokens=4096`},

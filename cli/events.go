@@ -105,12 +105,12 @@ func (a *app) printEvent(e eventLine, asJSON bool) error {
 	if payload == "{}" || payload == "null" {
 		payload = ""
 	}
-	payload = strings.Join(strings.Fields(payload), " ") // one line, whatever the payload holds
+	payload = termLine(payload) // one line without escape sequences, whatever the payload holds
 	if len(payload) > maxPayloadText {
 		payload = payload[:maxPayloadText] + "…"
 	}
 	_, err := fmt.Fprintf(a.io.Out, "%s  %8d  %-22s %-24s %-16s %s\n",
-		e.CreatedAt.Local().Format("2006-01-02 15:04:05.000"), e.ID, e.Type, e.PlanID, task, payload)
+		e.CreatedAt.Local().Format("2006-01-02 15:04:05.000"), e.ID, termLine(e.Type), termLine(e.PlanID), termLine(task), payload)
 	return err
 }
 

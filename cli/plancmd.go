@@ -310,7 +310,7 @@ func (a *app) planList() *cobra.Command {
 				tw.row("PLAN", "STATUS", "DONE", "TASKS", "SPENT", "BUDGET", "NAME")
 				for _, p := range all {
 					done := p.Counts[plan.StatusDone] + p.Counts[plan.StatusSkipped]
-					tw.row(p.ID, sty.planStatus(p.Status), fmt.Sprint(done), fmt.Sprint(p.Total), "$"+p.Spent.String(), budgetText(p.Budget), p.Name)
+					tw.row(p.ID, sty.planStatus(p.Status), fmt.Sprint(done), fmt.Sprint(p.Total), "$"+p.Spent.String(), budgetText(p.Budget), termLine(p.Name))
 				}
 				return tw.flush()
 			})

@@ -275,7 +275,7 @@ func (a *app) explainStuck(ctx context.Context, st *queue.Store, pi queue.PlanIn
 			a.printf("  … and %d more tasks held\n", len(o.Held)-shown)
 			break
 		}
-		a.printf("  %s: %s\n", h.TaskID, h.Sentence())
+		a.printf("  %s: %s\n", h.TaskID, termLine(h.Sentence()))
 	}
 	return failf("plan %s cannot go on: nothing runs and none of its %d pending tasks can be claimed (listed above)", pi.ID, len(o.Held))
 }
@@ -290,7 +290,7 @@ type runProgress struct {
 }
 
 func (a *app) newProgress(pi queue.PlanInfo) *runProgress {
-	a.printf("running plan %s (%s): %d tasks, budget %s\n", pi.ID, pi.Name, pi.Total, budgetText(pi.Budget))
+	a.printf("running plan %s (%s): %d tasks, budget %s\n", pi.ID, termLine(pi.Name), pi.Total, budgetText(pi.Budget))
 	return &runProgress{a: a, tty: isTerminal(a.io.Out)}
 }
 
@@ -299,7 +299,7 @@ func (p *runProgress) outcome(out worker.Outcome) {
 	defer p.mu.Unlock()
 	line := fmt.Sprintf("  %-10s %s (attempt %d, $%s, %s)", out.Status, out.TaskID, out.Attempt, out.Cost, out.Duration.Round(time.Millisecond))
 	if out.Reason != "" && out.Status != "done" {
-		line += ": " + out.Reason
+		line += ": " + termLine(out.Reason)
 	}
 	if p.tty {
 		p.a.printf("\r\033[K%s\n%s", line, p.last)

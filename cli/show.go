@@ -109,9 +109,9 @@ func (a *app) planShow() *cobra.Command {
 // renderPlan prints the plan header and its tasks as a dependency forest: each task
 // under the first of its dependencies, with the others named after an arrow.
 func (a *app) renderPlan(s styles, pi queue.PlanInfo, tasks []queue.TaskInfo) {
-	a.printf("%s  %s  %s\n", pi.ID, pi.Name, s.planStatus(pi.Status))
+	a.printf("%s  %s  %s\n", termLine(pi.ID), termLine(pi.Name), s.planStatus(pi.Status))
 	if pi.PauseReason != "" {
-		a.printf("paused: %s\n", pi.PauseReason)
+		a.printf("paused: %s\n", termLine(pi.PauseReason))
 	}
 	a.printf("budget: $%s spent of %s", pi.Spent, budgetText(pi.Budget))
 	if pi.Strict {
@@ -145,11 +145,11 @@ func (a *app) renderPlan(s styles, pi queue.PlanInfo, tasks []queue.TaskInfo) {
 		if depth == 0 {
 			branch, next = "", ""
 		}
-		line := fmt.Sprintf("%s %s%s%s", s.badge(t.Status), prefix, branch, t.ID)
+		line := fmt.Sprintf("%s %s%s%s", s.badge(t.Status), prefix, branch, termLine(t.ID))
 		if len(t.Dependencies) > 1 {
-			line += "  ← " + strings.Join(t.Dependencies[1:], ", ")
+			line += "  ← " + termLine(strings.Join(t.Dependencies[1:], ", "))
 		}
-		line += "  " + truncate(firstLine(t.Description), 60)
+		line += "  " + truncate(termLine(firstLine(termText(t.Description))), 60)
 		if t.Attempts > 0 {
 			line += fmt.Sprintf("  (attempts %d/%d)", t.Attempts, t.MaxAttempts)
 		}
