@@ -173,6 +173,9 @@ The bootstrap token may also come from WHILLY_BOOTSTRAP_TOKEN (safer than a flag
 			if connect == "" {
 				connect = a.env("WHILLY_CONTROL_URL")
 			}
+			if bootstrap != "" {
+				a.warnTokenFlag("--bootstrap-token", "WHILLY_BOOTSTRAP_TOKEN")
+			}
 			if bootstrap == "" {
 				bootstrap = a.env("WHILLY_BOOTSTRAP_TOKEN")
 			}
@@ -199,7 +202,7 @@ The bootstrap token may also come from WHILLY_BOOTSTRAP_TOKEN (safer than a flag
 		},
 	}
 	cmd.Flags().StringVar(&connect, "connect", "", "control plane URL (default $WHILLY_CONTROL_URL)")
-	cmd.Flags().StringVar(&bootstrap, "bootstrap-token", "", "bootstrap or admin token (default $WHILLY_BOOTSTRAP_TOKEN)")
+	cmd.Flags().StringVar(&bootstrap, "bootstrap-token", "", "bootstrap token (prefer $WHILLY_BOOTSTRAP_TOKEN: flags show in ps)")
 	cmd.Flags().StringVar(&labels, "labels", "", "comma-separated labels the worker offers (gpu, linux …)")
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "allow plain http:// to a non-loopback host")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")

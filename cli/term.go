@@ -1,9 +1,16 @@
 package cli
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 )
+
+// warnTokenFlag warns that a secret was given as a flag: every user of the machine reads
+// a process's arguments (ps, /proc/PID/cmdline), and shells keep them in history.
+func (a *app) warnTokenFlag(flag, env string) {
+	fmt.Fprintf(a.io.Err, "warning: %s is visible to every user of this machine (ps) and kept in shell history; set %s instead\n", flag, env)
+}
 
 // escapeRe matches terminal escape sequences: CSI (ESC [ … final byte, and its one-byte
 // C1 form), OSC (ESC ] … ended by BEL or ST: window titles, hyperlinks, clipboard

@@ -50,3 +50,11 @@ func TestPlanShowAndListStripTerminalEscapes(t *testing.T) {
 		}
 	}
 }
+
+func TestBootstrapTokenFlagWarns(t *testing.T) {
+	t.Parallel()
+	_, _, stderr := run(t, "", "", "worker", "register", "--connect", "http://control.invalid", "--bootstrap-token", "whilly_b_x")
+	if !strings.Contains(stderr, "warning: --bootstrap-token is visible to every user") || !strings.Contains(stderr, "WHILLY_BOOTSTRAP_TOKEN") {
+		t.Errorf("stderr %q, want a warning about the flag", stderr)
+	}
+}

@@ -99,6 +99,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return fail(2, "no control plane: pass --connect URL or set WHILLY_CONTROL_URL")
 	}
 	tok := *token
+	if tok != "" {
+		// Other users of the machine read a process's arguments (ps, /proc/PID/cmdline).
+		fmt.Fprintln(stderr, "warning: --token is visible to every user of this machine (ps) and kept in shell history; set WHILLY_WORKER_TOKEN or use --token-file instead")
+	}
 	if tok == "" {
 		tok = env("WHILLY_WORKER_TOKEN", "")
 	}
