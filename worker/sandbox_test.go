@@ -6,11 +6,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -28,10 +30,16 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == evilAgentArg {
 		os.Exit(evilAgent(os.Args[2]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == workerMainArg {
+		os.Exit(worker.Main(context.Background(), os.Args[2:], os.Stdout, os.Stderr, os.Getenv))
+	}
 	os.Exit(m.Run())
 }
 
-const evilAgentArg = "__evil_agent"
+const (
+	evilAgentArg  = "__evil_agent"
+	workerMainArg = "__whilly_worker"
+)
 
 // evilAgent tries the control plane at target directly, and a host that is not allowed
 // through the proxy twice; then it reports success with a permission denial of its CLI.
@@ -160,5 +168,44 @@ func TestSandboxedAttemptEvents(t *testing.T) {
 	}
 	if att := payloads(evs, worker.EventAttempt); len(att) != 1 || att[0]["sandbox"] != sandbox.ModeNone {
 		t.Errorf("agent.attempt events = %v, want sandbox: none", att)
+	}
+}
+
+// Secure by default: with WHILLY_SANDBOX unset and no bubblewrap, a worker whose agent
+// runs a process exits 2 naming the fix before it registers; WHILLY_SANDBOX=bwrap does
+// too; the sim agent, which runs no process, goes on.
+func TestWorkerWithoutBubblewrapExits2(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	noBwrap := t.TempDir() // a PATH without bwrap
+	run := func(env ...string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, exe, workerMainArg, "--connect", e.url, "--once")
+		cmd.Env = append([]string{"PATH=" + noBwrap, "HOME=" + t.TempDir(), "WHILLY_BOOTSTRAP_TOKEN=boot"}, env...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	for _, env := range [][]string{{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=/bin/true"}, {"WHILLY_AGENT=claude"},
+		{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=/bin/true", "WHILLY_SANDBOX=bwrap"}} {
+		code, out := run(env...)
+		if code != 2 || !strings.Contains(out, "apt-get install bubblewrap") || !strings.Contains(out, "WHILLY_SANDBOX=none") {
+			t.Errorf("%v: exit %d, want 2 naming the fix:\n%s", env, code, out)
+		}
+		if strings.Contains(out, "registered") {
+			t.Errorf("%v: the worker registered before it refused:\n%s", env, out)
+		}
+	}
+	ws, err := e.st.ListWorkers(context.Background())
+	if err != nil || len(ws) != 0 {
+		t.Errorf("workers registered: %v %v", ws, err)
 	}
 }
