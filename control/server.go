@@ -125,6 +125,7 @@ func (s *Server) routes() chi.Router {
 	r.Route("/v1", func(r chi.Router) {
 		r.With(s.auth(roleRegistrar)).Post("/workers/register", s.register)
 		r.With(s.auth(roleWorker)).Post("/workers/{worker}/heartbeat", s.heartbeat)
+		r.With(s.auth(roleWorker)).Post("/workers/{worker}/release", s.releaseHeld)
 		r.With(s.auth(roleReader)).Get("/workers", s.listWorkers)
 		r.With(s.auth(roleWorker)).Post("/tasks/claim", s.claim)
 		r.With(s.auth(roleWorker)).Get("/tasks/outlook", s.outlook)
@@ -141,6 +142,7 @@ func (s *Server) routes() chi.Router {
 				r.Post("/complete", s.complete)
 				r.Post("/fail", s.fail)
 				r.Post("/release", s.release)
+				r.Post("/charge", s.charge)
 				r.Post("/events", s.taskEvent)
 			})
 		})

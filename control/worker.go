@@ -57,15 +57,72 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, client.RegisterResponse{WorkerID: wk.ID, Token: token, Labels: nonNil(wk.Labels)})
 }
 
-func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
-	p := principalFrom(r.Context())
+// ownWorker reads the worker id of the path, which must be the caller's own.
+func ownWorker(r *http.Request) (string, error) {
 	id, err := param(r, "worker")
+	if err != nil {
+		return "", err
+	}
+	if id != principalFrom(r.Context()).worker.ID {
+		return "", errorf(http.StatusForbidden, codeForbidden, "This token belongs to another worker.")
+	}
+	return id, nil
+}
+
+// releaseHeld hands back every task the worker holds: a worker restarted under the same
+// id calls it first, so that what its predecessor ran does not wait for its lease to
+// expire (and have the attempt counted).
+func (s *Server) releaseHeld(w http.ResponseWriter, r *http.Request) {
+	id, err := ownWorker(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if id != p.worker.ID {
-		s.writeError(w, r, errorf(http.StatusForbidden, codeForbidden, "This token belongs to another worker."))
+	var req client.ReleaseHeldRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Reason == "" {
+		req.Reason = "worker_restarted"
+	}
+	if err := checkText("reason", req.Reason, 64); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	n, err := s.store.ReleaseHeld(r.Context(), id, req.Reason)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if n > 0 {
+		s.log.InfoContext(r.Context(), "released the tasks of a restarted worker", "worker_id", id, "tasks", n)
+	}
+	writeJSON(w, http.StatusOK, client.ReleaseHeldResponse{Released: n})
+}
+
+// charge charges the cost of an attempt whose lease ended before its report went through.
+func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
+	req, l, ok := decodeLeased(s, w, r, func(req client.ChargeRequest) string { return req.LeaseID })
+	if !ok {
+		return
+	}
+	if err := checkText("reason", req.Reason, maxReason); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.store.ChargeLost(r.Context(), l, req.CostUSD, req.Reason)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, client.ChargeResponse{Charged: res.Charged})
+}
+
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
+	id, err := ownWorker(r)
+	if err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	var req client.HeartbeatRequest
@@ -146,6 +203,24 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field plan_id is too long."))
 		return
 	}
+	if err := checkKey("idempotency_key", req.IdempotencyKey); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	qreq := queue.ClaimRequest{WorkerID: p.worker.ID, PlanID: req.PlanID, Labels: p.worker.Labels, Key: strings.ToLower(req.IdempotencyKey)}
+	// A claim retried after its answer was lost gets the task it had claimed.
+	if held, err := s.store.HeldClaim(r.Context(), qreq); err != nil || held != nil {
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if out, err := s.deliver(r, held, 0); err != nil {
+			s.writeError(w, r, err)
+		} else if out != nil {
+			writeJSON(w, http.StatusOK, out)
+		}
+		return
+	}
 	wait := time.Duration(min(req.WaitSeconds, s.cfg.MaxClaimWait.Seconds()) * float64(time.Second))
 	deadline := begin.Add(wait)
 	if wait > 0 {
@@ -153,7 +228,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 		// the way (an error means the writer has none to move).
 		_ = http.NewResponseController(w).SetWriteDeadline(deadline.Add(10 * time.Second))
 	}
-	c, err := s.waitForClaim(r.Context(), queue.ClaimRequest{WorkerID: p.worker.ID, PlanID: req.PlanID, Labels: p.worker.Labels}, deadline)
+	c, err := s.waitForClaim(r.Context(), qreq, deadline)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -198,7 +273,8 @@ func (s *Server) deliver(r *http.Request, c *queue.Claim, waited float64) (*clie
 	}
 	s.metrics.claims.Inc()
 	s.metrics.claimWait.WithLabelValues("claimed").Observe(waited)
-	out := client.Claim{Task: taskWire(c.Task), Lease: client.Lease{ID: c.Lease.ID, ExpiresAt: c.Lease.ExpiresAt}, Plan: planWire(c.Plan), Workspace: ws}
+	out := client.Claim{Task: taskWire(c.Task), Lease: client.Lease{ID: c.Lease.ID, ExpiresAt: c.Lease.ExpiresAt,
+		TTLSeconds: s.store.Config().LeaseTTL.Seconds()}, Plan: planWire(c.Plan), Workspace: ws}
 	out.Task.Attempt = c.Task.Attempts
 	return &out, nil
 }
@@ -346,6 +422,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field claim_next.plan_id is too long."))
 		return
 	}
+	if req.ClaimNext != nil {
+		if err := checkKey("claim_next.idempotency_key", req.ClaimNext.IdempotencyKey); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
 	in := queue.CompleteInput{Cost: req.CostUSD, Result: req.Result, HeadSHA: strings.ToLower(req.HeadSHA), NoChanges: req.NoChanges}
 	var (
 		t    queue.TaskInfo
@@ -354,7 +436,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	)
 	if req.ClaimNext != nil && !s.isDraining() {
 		p := principalFrom(r.Context())
-		t, next, err = s.store.CompleteAndClaim(r.Context(), l, in, queue.ClaimRequest{WorkerID: p.worker.ID, PlanID: req.ClaimNext.PlanID, Labels: p.worker.Labels})
+		t, next, err = s.store.CompleteAndClaim(r.Context(), l, in, queue.ClaimRequest{WorkerID: p.worker.ID, PlanID: req.ClaimNext.PlanID,
+			Labels: p.worker.Labels, Key: strings.ToLower(req.ClaimNext.IdempotencyKey)})
 	} else {
 		t, err = s.store.Complete(r.Context(), l, in)
 	}
@@ -456,6 +539,14 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 			Status: wk.Status, LastHeartbeat: wk.LastHeartbeat, RegisteredAt: wk.RegisteredAt, RevokedAt: wk.RevokedAt})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// checkKey refuses an idempotency key that is not a UUID ("" is no key).
+func checkKey(field, key string) error {
+	if key != "" && !uuidPattern.MatchString(key) {
+		return errorf(http.StatusBadRequest, codeBadRequest, "Field %s must be a UUID.", field)
+	}
+	return nil
 }
 
 // reasonClass maps a free-form failure reason to a bounded set of metric label values:

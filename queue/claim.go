@@ -53,7 +53,8 @@ WITH w AS (
 ), pick AS (
 	SELECT cplan, cid, w.n FROM (SELECT cplan, cid, row_number() OVER () AS k FROM cand) c JOIN w USING (k)
 ), claimed AS (
-	UPDATE tasks SET status = 'CLAIMED', attempts = attempts + 1, lease_id = gen_random_uuid(),
+	UPDATE tasks SET status = 'CLAIMED', attempts = attempts + 1,
+		lease_id = coalesce(nullif(($5::text[])[pick.n], '')::uuid, gen_random_uuid()),
 		lease_expires_at = now() + make_interval(secs => $4), claimed_by = ($3::text[])[pick.n],
 		version = version + 1, updated_at = now()
 	FROM pick
@@ -62,7 +63,7 @@ WITH w AS (
 ), ev AS (
 	INSERT INTO events (plan_id, task_id, type, payload)
 	SELECT plan_id, id, 'CLAIM', jsonb_build_object('worker_id', claimed_by, 'attempt', attempts,
-		'lease_expires_at', lease_expires_at)
+		'lease_expires_at', lease_expires_at, 'lease_id', lease_id)
 	FROM claimed
 )
 SELECT c.*, ` + planColumnsNoCounts + `
@@ -70,10 +71,10 @@ FROM (SELECT ` + taskColumns + `, n FROM claimed) c JOIN plans p ON p.id = c.pla
 )
 
 // handoffWorkers keeps, in a claim that follows completions in their transaction, only
-// the workers whose completion went through: the task ($6[n]) of plan $5 that the worker
+// the workers whose completion went through: the task ($7[n]) of plan $6 that the worker
 // held is DONE, written by this very transaction. A worker whose COMPLETE was refused
 // (409) is given nothing, and nothing is written for it.
-const handoffWorkers = `EXISTS (SELECT 1 FROM tasks x WHERE x.plan_id = $5 AND x.id = ($6::text[])[w.n]
+const handoffWorkers = `EXISTS (SELECT 1 FROM tasks x WHERE x.plan_id = $6 AND x.id = ($7::text[])[w.n]
 	AND x.claimed_by = w.id AND x.status = 'DONE' AND x.xmin::text::bigint = txid_current() % 4294967296)`
 
 var (
@@ -94,7 +95,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
 	}
 	var c *Claim
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		cs, err := claimTasks(ctx, tx, s.cfg.LeaseTTL, req.PlanID, req.Labels, []string{req.WorkerID})
+		cs, err := claimTasks(ctx, tx, s.cfg.LeaseTTL, req.PlanID, req.Labels, []ClaimRequest{req})
 		if err != nil || cs[0] == nil {
 			return err
 		}
@@ -107,13 +108,14 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
 	return c, nil
 }
 
-// claimTasks claims a task for each worker (nil where none was left), in one statement.
-func claimTasks(ctx context.Context, q querier, ttl time.Duration, planID string, labels, workers []string) ([]*Claim, error) {
+// claimTasks claims a task for the worker of each request (nil where none was left), in
+// one statement.
+func claimTasks(ctx context.Context, q querier, ttl time.Duration, planID string, labels []string, reqs []ClaimRequest) ([]*Claim, error) {
 	b := hotBatch()
-	b.Queue(claimSQL(planID), claimArgs(ttl, planID, labels, workers)...)
+	b.Queue(claimSQL(planID), claimArgs(ttl, planID, labels, reqs)...)
 	br := q.SendBatch(ctx, b)
 	rows, err := hotQuery(br)
-	cs, err := scanClaims(rows, err, len(workers))
+	cs, err := scanClaims(rows, err, len(reqs))
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("claim tasks: %w", cerr)
 	}
@@ -127,8 +129,14 @@ func claimSQL(planID string) string {
 	return claimAnySQL
 }
 
-func claimArgs(ttl time.Duration, planID string, labels, workers []string) []any {
-	return []any{planID, nonNil(labels), workers, ttl.Seconds()}
+// claimArgs are the parameters $1…$5 of a claim statement: the lease of a request with an
+// idempotency key gets the key as its id ($5), so a retried claim finds it (HeldClaim).
+func claimArgs(ttl time.Duration, planID string, labels []string, reqs []ClaimRequest) []any {
+	workers, keys := make([]string, len(reqs)), make([]string, len(reqs))
+	for i, r := range reqs {
+		workers[i], keys[i] = r.WorkerID, r.Key
+	}
+	return []any{planID, nonNil(labels), workers, ttl.Seconds(), keys}
 }
 
 // scanClaims reads the answer of a claim statement (rows, or the error of sending it)
@@ -250,7 +258,8 @@ func (s *Store) Complete(ctx context.Context, l Lease, in CompleteInput) (TaskIn
 			return t, err
 		}
 	}
-	return s.completeCareful(ctx, l, in, p)
+	t, _, err := s.completeCareful(ctx, l, in, p)
+	return t, err
 }
 
 // completePayload checks a completion and returns its COMPLETE event's payload.
@@ -273,16 +282,16 @@ func completePayload(l Lease, in CompleteInput) ([]byte, error) {
 }
 
 // completeCareful completes a task under its plan's row lock: it charges the cost,
-// crosses the budget and settles the plan. payload is the COMPLETE event's.
-func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, p []byte) (TaskInfo, error) {
-	var out TaskInfo
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+// crosses the budget and settles the plan. payload is the COMPLETE event's. replay says
+// the lease's holder had completed it already: a retried report, answered with the task.
+func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, p []byte) (out TaskInfo, replay bool, err error) {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		// Every completion of the plan waits for its row lock, held from the first
 		// statement to the commit: the straight-line part goes in one round trip.
 		b := &pgx.Batch{}
 		b.Queue(`SELECT status FROM plans WHERE id = $1 FOR NO KEY UPDATE`, l.PlanID)
 		b.Queue(`WITH u AS (
-			UPDATE tasks SET status = 'DONE', lease_id = NULL, lease_expires_at = NULL,
+			UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
 				cost_usd = cost_usd + $5::numeric / 1000000, result = $6, last_error = NULL, not_before = NULL,
 				version = version + 1, updated_at = now()
 			WHERE plan_id = $1 AND id = $2 AND lease_id::text = $3 AND claimed_by = $4
@@ -313,6 +322,7 @@ func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, 
 			if lerr == nil {
 				lerr = fmt.Errorf("task %s of plan %s: %w", l.TaskID, l.PlanID, ErrLeaseLost)
 			}
+			out, lerr = replayed(ctx, tx, l, lerr)
 			return lerr
 		}
 		if err != nil {
@@ -338,7 +348,43 @@ func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, 
 		}
 		return s.settleCharged(ctx, tx, l.PlanID, l.TaskID, in.Cost, after, budget, st, busy)
 	})
-	return out, err
+	if errors.Is(err, errReplayed) {
+		return out, true, nil
+	}
+	return out, false, err
+}
+
+// errReplayed rolls back the transaction of a report that replayed finds was made
+// before: whatever the transaction wrote meanwhile (a batch sends its statements at once)
+// must not count twice. The report is answered with the task replayed found.
+var errReplayed = errors.New("report made before")
+
+// replayed turns the ErrLeaseLost of a report into the task as it is now when the report's
+// lease is the one its holder ended (ended_lease_id): the same report came before and its
+// answer was lost. Anything else keeps err.
+// Its transaction must be rolled back: replayed returns errReplayed then.
+func replayed(ctx context.Context, tx pgx.Tx, l Lease, err error) (TaskInfo, error) {
+	if !errors.Is(err, ErrLeaseLost) {
+		return TaskInfo{}, err
+	}
+	t, qerr := scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks
+		WHERE plan_id = $1 AND id = $2 AND ended_lease_id::text = $3`, l.PlanID, l.TaskID, l.LeaseID))
+	switch {
+	case errors.Is(qerr, pgx.ErrNoRows):
+		return TaskInfo{}, err
+	case qerr != nil:
+		return TaskInfo{}, fmt.Errorf("look for an earlier report of task %s of plan %s: %w", l.TaskID, l.PlanID, qerr)
+	}
+	return t, errReplayed
+}
+
+// unreplayed answers a report that replayed found was made before with the task and no
+// error.
+func unreplayed(t TaskInfo, err error) (TaskInfo, error) {
+	if errors.Is(err, errReplayed) {
+		return t, nil
+	}
+	return t, err
 }
 
 // Fail records a failed attempt: with attempts left (and retryable) the task returns to
@@ -362,12 +408,13 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 		}
 		t, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress)
 		if err != nil {
+			out, err = replayed(ctx, tx, l, err)
 			return err
 		}
 		outcome := plan.FailOutcome(t.Attempts, t.MaxAttempts, retryable)
 		payload := map[string]any{"worker_id": l.WorkerID, "attempt": t.Attempts, "max_attempts": t.MaxAttempts,
 			"cost_usd": in.Cost.String(), "reason": in.Reason, "retryable": retryable}
-		cost := `cost_usd = cost_usd + $3::numeric / 1000000, last_error = $4, lease_id = NULL, lease_expires_at = NULL`
+		cost := `cost_usd = cost_usd + $3::numeric / 1000000, last_error = $4, ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL`
 		if outcome == plan.TransitionRetry {
 			backoff := plan.Backoff(t.Attempts, s.cfg.BackoffBase, s.cfg.BackoffMax)
 			out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, cost+`, status = 'PENDING', claimed_by = NULL,
@@ -391,7 +438,7 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 		}
 		return s.chargeAndSettle(ctx, tx, l.PlanID, l.TaskID, in.Cost)
 	})
-	return out, err
+	return unreplayed(out, err)
 }
 
 func rawOrNil(r json.RawMessage) any {
@@ -410,10 +457,11 @@ func (s *Store) Release(ctx context.Context, l Lease, reason string) (TaskInfo, 
 	var out TaskInfo
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress); err != nil {
+			out, err = replayed(ctx, tx, l, err)
 			return err
 		}
 		var err error
-		out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, `status = 'PENDING', lease_id = NULL, lease_expires_at = NULL,
+		out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, `status = 'PENDING', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
 			claimed_by = NULL, attempts = greatest(attempts - 1, 0)`)
 		if err != nil {
 			return err
@@ -423,7 +471,7 @@ func (s *Store) Release(ctx context.Context, l Lease, reason string) (TaskInfo, 
 		}
 		return s.changed(ctx, tx, l.PlanID)
 	})
-	return out, err
+	return unreplayed(out, err)
 }
 
 var taskEventType = regexp.MustCompile(`^(agent|progress|log)(\.[a-z0-9_]+){0,3}$`)

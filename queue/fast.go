@@ -55,17 +55,9 @@ func keyOf(req ClaimRequest) claimKey {
 	return claimKey{plan: req.PlanID, labels: strings.Join(labels, "\x00")}
 }
 
-func workersOf(reqs []ClaimRequest) []string {
-	ws := make([]string, len(reqs))
-	for i, r := range reqs {
-		ws[i] = r.WorkerID
-	}
-	return ws
-}
-
 // claimBatch answers a batch of claims of one key (the claims group's run).
 func (s *Store) claimBatch(ctx context.Context, key claimKey, reqs []ClaimRequest) ([]*Claim, []error) {
-	cs, err := claimTasks(ctx, s.pool, s.cfg.LeaseTTL, key.plan, reqs[0].Labels, workersOf(reqs))
+	cs, err := claimTasks(ctx, s.pool, s.cfg.LeaseTTL, key.plan, reqs[0].Labels, reqs)
 	if err != nil {
 		return make([]*Claim, len(reqs)), fill(len(reqs), err)
 	}
@@ -95,7 +87,7 @@ const completeUnsettledSQL = `WITH r AS (
 ), lk AS (
 	SELECT id AS lid FROM tasks WHERE plan_id = $1 AND id = ANY ($2::text[]) ORDER BY id FOR NO KEY UPDATE
 ), u AS (
-	UPDATE tasks SET status = 'DONE', lease_id = NULL, lease_expires_at = NULL,
+	UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
 		result = r.rresult, last_error = NULL, not_before = NULL, version = version + 1, updated_at = now()
 	FROM r JOIN lk ON lk.lid = r.rid
 	WHERE plan_id = $1 AND id = r.rid AND lease_id::text = r.rlease AND claimed_by = r.rworker
@@ -231,9 +223,15 @@ func (s *Store) CompleteAndClaim(ctx context.Context, l Lease, in CompleteInput,
 			return TaskInfo{}, nil, err
 		}
 	}
-	t, err := s.completeCareful(ctx, l, in, p)
+	t, replay, err := s.completeCareful(ctx, l, in, p)
 	if err != nil {
 		return t, nil, err
+	}
+	if replay && next.Key != "" {
+		// The first answer was lost, and with it, maybe, the next claim it carried.
+		if c, err := s.HeldClaim(ctx, next); err != nil || c != nil {
+			return t, c, err
+		}
 	}
 	c, err := s.Claim(ctx, next)
 	if err != nil {
@@ -261,7 +259,7 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff) 
 	}
 	b := hotBatch()
 	b.Queue(completeUnsettledSQL, completeArgs(key.plan, cs)...)
-	b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, workersOf(reqs)), key.plan, tasks)...)
+	b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs), key.plan, tasks)...)
 	br := s.pool.SendBatch(ctx, b)
 	out := make([]handedOff, len(hs))
 	rows, qerr := hotQuery(br)

@@ -32,6 +32,9 @@ type ClaimRequest struct {
 	WorkerID string
 	PlanID   string
 	Labels   []string // the worker's labels; a task's labels must be among them
+	// Key, a UUID chosen by the worker, becomes the lease's id: a claim retried after its
+	// answer was lost finds the task it got (HeldClaim) instead of taking another.
+	Key string
 }
 
 // LeaseInfo is the lease a claim grants.

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -135,26 +134,8 @@ func (s *Store) RevokeWorker(ctx context.Context, id string) (int, error) {
 			EventsChannel, NotificationWorkerRevoked, id); err != nil {
 			return fmt.Errorf("announce the revocation of worker %s: %w", id, err)
 		}
-		rows, err := tx.Query(ctx, `
-			WITH r AS (
-				UPDATE tasks SET status = 'PENDING', lease_id = NULL, lease_expires_at = NULL, claimed_by = NULL,
-				       attempts = greatest(attempts - 1, 0), version = version + 1, updated_at = now()
-				WHERE claimed_by = $1 AND status IN ('CLAIMED', 'IN_PROGRESS')
-				RETURNING plan_id, id
-			)
-			INSERT INTO events (plan_id, task_id, type, payload)
-			SELECT plan_id, id, 'RELEASE', jsonb_build_object('worker_id', $1::text, 'reason', 'worker_revoked') FROM r
-			RETURNING plan_id`, id)
-		if err != nil {
-			return fmt.Errorf("release tasks of worker %s: %w", id, err)
-		}
-		plans, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("release tasks of worker %s: %w", id, err)
-		}
-		released = len(plans)
-		slices.Sort(plans)
-		return s.changed(ctx, tx, slices.Compact(plans)...)
+		released, err = s.releaseHeld(ctx, tx, id, "worker_revoked")
+		return err
 	})
 	if err != nil {
 		return 0, err

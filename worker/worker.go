@@ -10,6 +10,7 @@ package worker
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/whilly-go/whilly/agent"
@@ -144,6 +146,12 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 		next *client.Claim
 	)
 	backoff, idle := newBackoff(), newBackoff()
+	if err := w.releasePredecessor(ctx); err != nil {
+		return sum, err
+	}
+	// key is the claim's idempotency key, kept until the claim is answered: a claim whose
+	// answer was lost, retried with it, gets the task it claimed (not a second one).
+	key := newKey()
 	for {
 		if ctx.Err() != nil {
 			if next != nil {
@@ -158,7 +166,10 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 		if claim == nil {
 			asked := time.Now()
 			var err error
-			claim, err = w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds()})
+			claim, err = w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds(), IdempotencyKey: key})
+			if err == nil || !retryable(err) {
+				key = newKey()
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return sum, ErrStopped
@@ -242,6 +253,38 @@ func (w *Worker) ran(ctx context.Context, claim *client.Claim, sum *Summary) (*c
 	return next, out, out.Status == "released" || w.cfg.Once
 }
 
+// releasePredecessor hands back the tasks a previous process under this worker id still
+// holds (it was killed, or lost its answers): they go back to the queue now rather than
+// when their leases expire. It waits out an unreachable control plane like a claim.
+func (w *Worker) releasePredecessor(ctx context.Context) error {
+	b := newBackoff()
+	for {
+		res, err := w.api.ReleaseHeld(ctx, w.cfg.WorkerID, client.ReleaseHeldRequest{Reason: "worker_restarted"})
+		switch {
+		case err == nil:
+			if res.Released > 0 {
+				w.log.InfoContext(ctx, "released the tasks a previous run of this worker held", "tasks", res.Released)
+			}
+			return nil
+		case ctx.Err() != nil:
+			return ErrStopped
+		case fatal(err):
+			return fmt.Errorf("release the tasks of a previous run: %w", err)
+		}
+		w.log.WarnContext(ctx, "control plane unavailable, retrying", "error", err)
+		if !b.wait(ctx) {
+			return ErrStopped
+		}
+	}
+}
+
+// retryable reports errors after which the same request may succeed: the control plane
+// could not be reached or answered, or answered 5xx, 408 or 429.
+func retryable(err error) bool {
+	s := client.StatusOf(err)
+	return s == 0 || s >= 500 || s == 408 || s == 429
+}
+
 // fatal reports errors that waiting will not cure: the token is refused, or the request
 // is malformed.
 func fatal(err error) bool {
@@ -276,8 +319,12 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	started := time.Now()
 	defer func() { out.Duration = time.Since(started) }()
 	lease := client.LeaseRequest{LeaseID: c.Lease.ID}
+	lc := newLeaseClock(c.Lease, started)
 
-	if _, err := w.api.Start(ctx, t.PlanID, t.ID, lease); err != nil {
+	if err := w.report(ctx, log, lc, "start", func(ctx context.Context) error {
+		_, err := w.api.Start(ctx, t.PlanID, t.ID, lease)
+		return err
+	}); err != nil {
 		return w.lostOrRelease(ctx, log, c, out, err), nil
 	}
 
@@ -287,7 +334,7 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	var hb sync.WaitGroup
-	hb.Go(func() { w.heartbeat(runCtx, cancelRun, c) })
+	hb.Go(func() { w.heartbeat(runCtx, cancelRun, c, lc) })
 
 	r := w.work(runCtx, log, c)
 	cancelRun(nil)
@@ -316,10 +363,14 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 			HeadSHA: r.pub.HeadSHA, NoChanges: r.pub.NoChanges}
 		if wantNext {
 			// The next task comes back with the completion: one round trip fewer.
-			req.ClaimNext = &client.NextClaim{PlanID: w.cfg.PlanID}
+			req.ClaimNext = &client.NextClaim{PlanID: w.cfg.PlanID, IdempotencyKey: newKey()}
 		}
-		done, err := w.api.Complete(ctx, t.PlanID, t.ID, req)
-		if err != nil {
+		var done client.CompleteResponse
+		if err := w.report(ctx, log, lc, "complete", func(ctx context.Context) error {
+			var err error
+			done, err = w.api.Complete(ctx, t.PlanID, t.ID, req)
+			return err
+		}); err != nil {
 			return w.lostOrRelease(ctx, log, c, out, err), nil
 		}
 		out.Status, out.HeadSHA, out.NoChanges = "done", r.pub.HeadSHA, r.pub.NoChanges
@@ -332,7 +383,10 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	}
 	out.Reason = fail.Reason
 	fail.LeaseID, fail.CostUSD = c.Lease.ID, r.res.Cost
-	if _, err := w.api.Fail(ctx, t.PlanID, t.ID, *fail); err != nil {
+	if err := w.report(ctx, log, lc, "fail", func(ctx context.Context) error {
+		_, err := w.api.Fail(ctx, t.PlanID, t.ID, *fail)
+		return err
+	}); err != nil {
 		return w.lostOrRelease(ctx, log, c, out, err), nil
 	}
 	log.InfoContext(ctx, "attempt failed", "reason", fail.Reason)
@@ -563,7 +617,7 @@ func failureOf(res agent.Result, runErr error) client.FailRequest {
 
 // heartbeat extends the lease every interval until ctx ends; a heartbeat that reports
 // the task cancelled or its lease gone cancels the run.
-func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c *client.Claim) {
+func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, c *client.Claim, lc *leaseClock) {
 	every := w.cfg.HeartbeatEvery
 	if every <= 0 {
 		every = max(time.Until(c.Lease.ExpiresAt)/3, 100*time.Millisecond)
@@ -591,32 +645,82 @@ func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, 
 			cancel(errLeaseLost)
 			return
 		}
+		lc.extended(time.Now())
 	}
 }
 
-// lostOrRelease handles a failed report: 409 means the lease is gone (someone else owns
-// the task now); anything else after shutdown means release.
+// lostOrRelease handles a report that did not go through although it was retried: 409
+// means the lease is gone (someone else may own the task now); after shutdown the task is
+// released; otherwise the lease has expired while the control plane could not be reached.
+// In both last cases the attempt's cost is still charged (chargeLost).
 func (w *Worker) lostOrRelease(ctx context.Context, log *slog.Logger, c *client.Claim, out Outcome, err error) Outcome {
-	if client.IsConflict(err) || client.IsNotFound(err) {
-		log.WarnContext(ctx, "lease lost; moving on", "error", err)
-		out.Status, out.Reason = "lease_lost", "lease_lost"
-		return out
-	}
-	if ctx.Err() != nil {
+	lost := client.IsConflict(err) || client.IsNotFound(err)
+	if !lost && ctx.Err() != nil {
 		return w.release(log, c, out, "shutdown")
 	}
-	// The control plane is unreachable: the lease will expire and the reaper will hand
-	// the task out again; nothing more to do here.
-	log.WarnContext(ctx, "could not report the task", "error", err)
-	out.Status, out.Reason = "lease_lost", "report_failed"
+	out.Status, out.Reason = "lease_lost", "lease_lost"
+	if lost {
+		log.WarnContext(ctx, "lease lost; moving on", "error", err)
+	} else {
+		log.WarnContext(ctx, "could not report the task before its lease expired", "error", err)
+		out.Reason = "report_failed"
+	}
+	if out.Cost > 0 {
+		w.chargeLost(ctx, log, c, out.Cost, out.Reason)
+	}
 	return out
+}
+
+// chargeLostFor bounds how long a worker keeps trying to charge a lost attempt's cost.
+const chargeLostFor = 10 * time.Minute
+
+// chargeLost charges the cost of an attempt whose report could not be made, retried
+// while the control plane cannot be reached: the money was spent whatever became of the
+// task. It is idempotent on the lease.
+func (w *Worker) chargeLost(ctx context.Context, log *slog.Logger, c *client.Claim, cost plan.USD, reason string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chargeLostFor)
+	defer cancel()
+	err := w.report(ctx, log, nil, "charge", func(ctx context.Context) error {
+		_, err := w.api.Charge(ctx, c.Task.PlanID, c.Task.ID, client.ChargeRequest{LeaseID: c.Lease.ID, CostUSD: cost, Reason: reason})
+		return err
+	})
+	if err != nil {
+		log.ErrorContext(ctx, "the cost of an attempt could not be charged", "cost_usd", cost.String(), "error", err)
+		return
+	}
+	log.InfoContext(ctx, "the cost of an attempt whose report was lost is charged", "cost_usd", cost.String())
+}
+
+// report sends one report — START, COMPLETE, FAIL, RELEASE, a charge — until the control
+// plane answers it. Every report is idempotent on the lease, so one whose answer was lost
+// may be sent again: it is retried with backoff while the control plane cannot be reached
+// or answers 5xx, until ctx ends or, when lc is set, until the lease has certainly
+// expired (then nothing the report says could be accepted). A 4xx ends it at once.
+func (w *Worker) report(ctx context.Context, log *slog.Logger, lc *leaseClock, what string, send func(context.Context) error) error {
+	b := newBackoff()
+	for {
+		err := send(ctx)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		if lc != nil && lc.expired(time.Now()) {
+			return fmt.Errorf("%s: the lease has expired meanwhile: %w", what, err)
+		}
+		log.WarnContext(ctx, "could not report the task; retrying", "report", what, "error", err)
+		if !b.wait(ctx) {
+			return err
+		}
+	}
 }
 
 // release hands the task back on shutdown, with a short deadline of its own.
 func (w *Worker) release(log *slog.Logger, c *client.Claim, out Outcome, reason string) Outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := w.api.Release(ctx, c.Task.PlanID, c.Task.ID, client.LeaseRequest{LeaseID: c.Lease.ID, Reason: reason}); err != nil {
+	if err := w.report(ctx, log, nil, "release", func(ctx context.Context) error {
+		_, err := w.api.Release(ctx, c.Task.PlanID, c.Task.ID, client.LeaseRequest{LeaseID: c.Lease.ID, Reason: reason})
+		return err
+	}); err != nil {
 		log.WarnContext(ctx, "release failed; the lease will expire instead", "error", err)
 	}
 	out.Status, out.Reason = "released", reason
@@ -649,6 +753,41 @@ func bounded(s string, n int) string {
 		return s
 	}
 	return s[len(s)-n:]
+}
+
+// leaseClock tells when a lease has certainly expired, by the worker's own monotonic
+// clock: the control plane extends a lease by its TTL when it answers a claim or a
+// heartbeat, so the lease ends at the latest TTL after that answer arrived.
+type leaseClock struct {
+	ttl  time.Duration
+	last atomic.Int64 // when the last extending answer arrived, unix nanoseconds
+	base time.Time    // carries the monotonic reading that last is relative to
+}
+
+// leaseSlack covers the time between the answer and this worker reading its clock.
+const leaseSlack = 2 * time.Second
+
+func newLeaseClock(l client.Lease, received time.Time) *leaseClock {
+	ttl := time.Duration(l.TTLSeconds * float64(time.Second))
+	if ttl <= 0 {
+		ttl = time.Until(l.ExpiresAt) // an older control plane: trust the clocks
+	}
+	return &leaseClock{ttl: ttl, base: received}
+}
+
+func (lc *leaseClock) extended(at time.Time) { lc.last.Store(int64(at.Sub(lc.base))) }
+
+func (lc *leaseClock) expired(now time.Time) bool {
+	return now.Sub(lc.base) > time.Duration(lc.last.Load())+lc.ttl+leaseSlack
+}
+
+// newKey returns a random UUID (version 4), an idempotency key.
+func newKey() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // backoff waits between attempts to reach the control plane: 200 ms doubling to 10 s,

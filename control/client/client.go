@@ -292,6 +292,16 @@ func (c *Client) Heartbeat(ctx context.Context, workerID string, req HeartbeatRe
 	return out, nil
 }
 
+// ReleaseHeld hands back every task the worker holds, returning how many.
+func (c *Client) ReleaseHeld(ctx context.Context, workerID string, req ReleaseHeldRequest) (ReleaseHeldResponse, error) {
+	var out ReleaseHeldResponse
+	_, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "workers", workerID, "release"), nil, req, &out)
+	if err != nil {
+		return out, fmt.Errorf("release the tasks of worker %s: %w", workerID, err)
+	}
+	return out, nil
+}
+
 // Claim asks for the next claimable task, waiting up to req.WaitSeconds for one. It
 // returns nil, nil when none came.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
@@ -336,6 +346,11 @@ func (c *Client) Fail(ctx context.Context, planID, taskID string, req FailReques
 // Release hands the task back to the queue without counting the attempt.
 func (c *Client) Release(ctx context.Context, planID, taskID string, req LeaseRequest) (Task, error) {
 	return transition[Task](ctx, c, "release", planID, taskID, req)
+}
+
+// Charge charges the cost of an attempt whose lease ended before its report went through.
+func (c *Client) Charge(ctx context.Context, planID, taskID string, req ChargeRequest) (ChargeResponse, error) {
+	return transition[ChargeResponse](ctx, c, "charge", planID, taskID, req)
 }
 
 // TaskEvent appends a progress or log event to the task the lease holds.

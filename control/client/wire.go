@@ -55,6 +55,10 @@ type HeartbeatResponse struct {
 type ClaimRequest struct {
 	PlanID      string  `json:"plan_id,omitempty"`
 	WaitSeconds float64 `json:"wait_seconds"`
+	// IdempotencyKey, a UUID the worker keeps until it has an answer, becomes the id of
+	// the lease granted: a claim retried with the same key after its answer was lost gets
+	// the task it had claimed back, not another one.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 // Claim is a claimed task with its lease and its plan, and for a plan tied to a
@@ -95,6 +99,10 @@ func (w Workspace) LogValue() slog.Value {
 type Lease struct {
 	ID        string    `json:"id"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// TTLSeconds is how long a claim or a heartbeat extends the lease: a worker that
+	// cannot reach the control plane knows its lease has certainly expired once this long
+	// has passed since its last answer, whatever the clocks say.
+	TTLSeconds float64 `json:"ttl_seconds,omitempty"`
 }
 
 // Task is a task's plan-file fields and runtime state.
@@ -179,7 +187,32 @@ type CompleteRequest struct {
 
 // NextClaim is the claim a COMPLETE asks for: of one plan, or of any when PlanID is empty.
 type NextClaim struct {
-	PlanID string `json:"plan_id,omitempty"`
+	PlanID         string `json:"plan_id,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"` // as in ClaimRequest
+}
+
+// ChargeRequest charges the cost of an attempt whose lease ended before its COMPLETE or
+// FAIL went through (POST /v1/plans/{plan}/tasks/{task}/charge).
+type ChargeRequest struct {
+	LeaseID string   `json:"lease_id"`
+	CostUSD plan.USD `json:"cost_usd"`
+	Reason  string   `json:"reason,omitempty"`
+}
+
+// ChargeResponse says whether the cost was charged now (false: it was already).
+type ChargeResponse struct {
+	Charged bool `json:"charged"`
+}
+
+// ReleaseHeldRequest asks to hand back every task the worker holds
+// (POST /v1/workers/{id}/release): a worker restarted under the same id does so first.
+type ReleaseHeldRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// ReleaseHeldResponse counts the tasks handed back.
+type ReleaseHeldResponse struct {
+	Released int `json:"released"`
 }
 
 // CompleteResponse is the completed task and, when ClaimNext was asked and a task was
