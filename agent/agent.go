@@ -138,17 +138,6 @@ type Config struct {
 	Sim     SimConfig
 }
 
-// ConfigFromEnv reads the agent settings of SPEC §14 (CLAUDE_BIN, CODEX_BIN,
-// WHILLY_AGENT_CMD) through getenv, usually os.Getenv. Timeouts and the model are per
-// request and parsed by the caller.
-func ConfigFromEnv(getenv func(string) string) Config {
-	return Config{
-		ClaudeBin: getenv("CLAUDE_BIN"),
-		CodexBin:  getenv("CODEX_BIN"),
-		Command:   getenv("WHILLY_AGENT_CMD"),
-	}
-}
-
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -135,10 +135,4 @@ func TestNew(t *testing.T) {
 	if _, err := New(NameSim, Config{Sim: SimConfig{FailRate: 1.5}}); err == nil {
 		t.Error("sim with fail rate 1.5 accepted")
 	}
-	cfg := ConfigFromEnv(func(k string) string {
-		return map[string]string{"CLAUDE_BIN": "/c", "CODEX_BIN": "/x", "WHILLY_AGENT_CMD": "run-it"}[k]
-	})
-	if cfg.ClaudeBin != "/c" || cfg.CodexBin != "/x" || cfg.Command != "run-it" {
-		t.Errorf("ConfigFromEnv = %+v", cfg)
-	}
 }

@@ -10,14 +10,15 @@ import (
 )
 
 // The slim worker binary links this package: it (and plan and sandbox, its only whilly
-// imports) must not import pgx, River, chi, ghinstallation, go-github or anything outside
+// imports, and internal/config, which sandbox reads its settings through and which
+// imports only the standard library and plan) must not import pgx, River, chi, ghinstallation, go-github or anything outside
 // the standard library (sandbox may use golang.org/x/sys). `go list -deps ./cmd/whilly-worker` checks the whole binary; this checks the
 // package itself without running the go tool.
 func TestImportsStayStandard(t *testing.T) {
 	t.Parallel()
 	allowed := map[string]bool{"github.com/whilly-go/whilly/plan": true, "github.com/whilly-go/whilly/sandbox": true,
-		"golang.org/x/sys/unix": true, "github.com/whilly-go/whilly/internal/config": true}
-	for _, dir := range []string{".", filepath.Join("..", "plan"), filepath.Join("..", "sandbox")} {
+		"github.com/whilly-go/whilly/internal/config": true, "golang.org/x/sys/unix": true}
+	for _, dir := range []string{".", filepath.Join("..", "plan"), filepath.Join("..", "sandbox"), filepath.Join("..", "internal", "config")} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
@@ -34,7 +35,7 @@ func TestImportsStayStandard(t *testing.T) {
 				path, _ := strconv.Unquote(imp.Path.Value)
 				first, _, _ := strings.Cut(path, "/")
 				if strings.Contains(first, ".") && !allowed[path] {
-					t.Errorf("%s imports %s: agent, plan and sandbox may import only the standard library, plan, sandbox and x/sys", file, path)
+					t.Errorf("%s imports %s: agent, plan, sandbox and internal/config may import only the standard library, plan, sandbox, internal/config and x/sys", file, path)
 				}
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -171,13 +172,16 @@ The bootstrap token may also come from WHILLY_BOOTSTRAP_TOKEN (safer than a flag
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if connect == "" {
-				connect = a.env("WHILLY_CONTROL_URL")
+				connect = a.cfg.String(config.ControlURL)
 			}
 			if bootstrap != "" {
 				a.warnTokenFlag("--bootstrap-token", "WHILLY_BOOTSTRAP_TOKEN")
 			}
 			if bootstrap == "" {
-				bootstrap = a.env("WHILLY_BOOTSTRAP_TOKEN")
+				var err error
+				if bootstrap, err = a.cfg.Secret(config.BootstrapToken); err != nil {
+					return envf("%w", err)
+				}
 			}
 			if connect == "" || bootstrap == "" {
 				return envf("worker register needs --connect URL and --bootstrap-token (or WHILLY_CONTROL_URL and WHILLY_BOOTSTRAP_TOKEN)")

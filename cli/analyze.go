@@ -2,12 +2,12 @@ package cli
 
 import (
 	"context"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/whilly-go/whilly/agent"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
 	"github.com/whilly-go/whilly/triz"
@@ -21,14 +21,14 @@ import (
 // WHILLY_MODEL; CLAUDE_BIN, CODEX_BIN and WHILLY_AGENT_CMD as for workers), each run
 // bounded by WHILLY_TRIZ_TIMEOUT (default 25s).
 func (a *app) trizExtension(st *queue.Store) (*extension, error) {
-	on, err := a.envSwitch("WHILLY_TRIZ_ENABLED")
+	on, err := a.cfg.Bool(config.TrizEnabled)
 	if err != nil || !on {
-		return nil, err
+		return nil, envErr(err)
 	}
-	name := firstNonEmpty(a.env("WHILLY_TRIZ_AGENT"), a.env("WHILLY_AGENT"), agent.NameClaude)
-	timeout, err := a.envDuration("WHILLY_TRIZ_TIMEOUT", triz.DefaultTimeout)
+	name := firstNonEmpty(a.cfg.Raw(config.TrizAgent), a.cfg.String(config.Agent))
+	timeout, err := a.cfg.Duration(config.TrizTimeout)
 	if err != nil {
-		return nil, err
+		return nil, envErr(err)
 	}
 	ag, err := a.questionAgent(name)
 	if err != nil {
@@ -37,7 +37,7 @@ func (a *app) trizExtension(st *queue.Store) (*extension, error) {
 	w, err := triz.NewWorker(st, triz.Config{
 		Agent:   ag,
 		Timeout: timeout,
-		Model:   firstNonEmpty(a.env("WHILLY_TRIZ_MODEL"), a.env("WHILLY_MODEL")),
+		Model:   firstNonEmpty(a.cfg.Raw(config.TrizModel), a.cfg.Raw(config.Model)),
 		Logger:  a.log,
 	})
 	if err != nil {
@@ -62,7 +62,7 @@ func (a *app) trizExtension(st *queue.Store) (*extension, error) {
 // It runs in the sandbox like a worker's agent (SPEC §9): on the control plane the box
 // keeps the App key, the database URL and the host's files away from it.
 func (a *app) questionAgent(name string) (agent.Agent, error) {
-	cfg := agent.ConfigFromEnv(a.io.Getenv)
+	cfg := worker.AgentConfig(a.cfg)
 	cfg.Logger = a.log
 	cfg.PermissionMode = agent.QuestionPermissionMode
 	sb, err := a.openSandbox(name)
@@ -76,19 +76,6 @@ func (a *app) questionAgent(name string) (agent.Agent, error) {
 // openSandbox opens the sandbox for agent name's processes (worker.OpenSandbox).
 func (a *app) openSandbox(name string) (*sandbox.Sandbox, error) {
 	return worker.OpenSandbox(context.Background(), a.io.Getenv, name, a.log)
-}
-
-// envSwitch reads an on/off variable: 1, true, yes, on, or 0, false, no, off and unset.
-// Anything else is a configuration error, so that a typo does not silently turn a
-// feature off.
-func (a *app) envSwitch(name string) (bool, error) {
-	switch strings.ToLower(a.env(name)) {
-	case "1", "true", "yes", "on":
-		return true, nil
-	case "", "0", "false", "no", "off":
-		return false, nil
-	}
-	return false, envf("%s must be 1 or 0, got %q", name, a.env(name))
 }
 
 func firstNonEmpty(s ...string) string {

@@ -86,7 +86,7 @@ func startTestPlane(t *testing.T, env map[string]string) *testPlane {
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	base := queue.NewStore(pool, log, queue.Config{BackoffBase: 20 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
 	env["WHILLY_BOOTSTRAP_TOKEN"] = "boot-token"
-	a := &app{io: IO{Getenv: unboxedEnv(env)}, log: log}
+	a := newApp(IO{Getenv: unboxedEnv(env)}, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +452,7 @@ func failureWithoutTriz(t *testing.T) (string, queue.TaskInfo) {
 func TestTrizExtensionConfiguration(t *testing.T) {
 	t.Parallel()
 	build := func(env map[string]string) (*extension, error) {
-		a := &app{io: IO{Getenv: unboxedEnv(env)}, log: slog.New(slog.DiscardHandler)}
+		a := newApp(IO{Getenv: unboxedEnv(env)}, slog.New(slog.DiscardHandler))
 		return a.trizExtension(nil)
 	}
 	for _, off := range []string{"", "0", "false", "off"} {

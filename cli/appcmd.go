@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	ghapp "github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/internal/config"
 )
 
 func (a *app) appCommand() *cobra.Command {
@@ -35,7 +36,7 @@ URL being WHILLY_PUBLIC_URL/webhook when WHILLY_PUBLIC_URL is set.`,
 			if err != nil {
 				return err
 			}
-			b, err := m.FlowJSON(a.env("WHILLY_PUBLIC_URL"))
+			b, err := m.FlowJSON(a.cfg.String(config.PublicURL))
 			if err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	ghapp "github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/internal/config"
 )
 
 // appCreateTimeout bounds the wait for the browser to come back from GitHub.
@@ -80,14 +81,14 @@ func (a *app) runAppCreate(ctx context.Context, org string, openBrowser bool) er
 	}
 	host := ln.Addr().String()
 	m.RedirectURL = "http://" + host + "/callback"
-	manifest, err := m.FlowJSON(a.env("WHILLY_PUBLIC_URL"))
+	manifest, err := m.FlowJSON(a.cfg.String(config.PublicURL))
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
 	state := make([]byte, 16)
 	_, _ = rand.Read(state)
-	apiURL := a.env("WHILLY_GITHUB_API_URL")
+	apiURL := a.cfg.Raw(config.GitHubAPIURL)
 	newApp, err := ghapp.NewAppURL(apiURL, org, hex.EncodeToString(state))
 	if err != nil {
 		_ = ln.Close()

@@ -48,7 +48,7 @@ func startAppCreate(t *testing.T, env map[string]string, args ...string) (page s
 	pr, pw := io.Pipe()
 	out = &lockedBuffer{}
 	stdio := IO{In: strings.NewReader(""), Out: pw, Err: out, Getenv: func(k string) string { return env[k] }}
-	a := &app{io: stdio, log: slog.New(slog.DiscardHandler)}
+	a := newApp(stdio, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	done = make(chan error, 1)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/whilly-go/whilly/internal/config"
+	"github.com/whilly-go/whilly/internal/logging"
 	"github.com/whilly-go/whilly/internal/pglocal"
 	"github.com/whilly-go/whilly/internal/version"
 	"github.com/whilly-go/whilly/plan"
@@ -104,20 +106,52 @@ func sentence(err error) string {
 	return s
 }
 
-// app holds what every command needs: streams, environment, logger.
+// app holds what every command needs: streams, configuration, logger.
 type app struct {
 	io  IO
+	cfg *config.Env
 	log *slog.Logger
 }
 
-func (a *app) env(name string) string { return strings.TrimSpace(a.io.Getenv(name)) }
-
-// NewRootCommand builds the whilly command tree.
-func NewRootCommand(stdio IO) *cobra.Command {
+// newApp is an app reading its configuration through stdio.Getenv (nil: an empty
+// environment).
+func newApp(stdio IO, log *slog.Logger) *app {
 	if stdio.Getenv == nil {
 		stdio.Getenv = func(string) string { return "" }
 	}
-	a := &app{io: stdio, log: slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	return &app{io: stdio, cfg: config.New(stdio.Getenv), log: log}
+}
+
+// useLogger sets the logger of WHILLY_LOG_LEVEL (def when unset) and WHILLY_LOG_FORMAT.
+func (a *app) useLogger(def slog.Level) error {
+	l, err := logging.New(a.io.Err, a.cfg, def)
+	if err != nil {
+		return envErr(err)
+	}
+	a.log = l
+	return nil
+}
+
+// commandOf names the command of the configuration table that cmd is.
+func commandOf(cmd *cobra.Command) config.Command {
+	path := strings.Fields(cmd.CommandPath())
+	if len(path) < 2 {
+		return config.Any
+	}
+	switch c := config.Command(path[1]); c {
+	case config.Serve, config.Run, config.Init, config.Forge, config.AppCmd, config.Doctor, config.Dashboard, config.Events:
+		return c
+	case "worker":
+		if len(path) > 2 && path[2] == "register" {
+			return config.Register
+		}
+	}
+	return config.Any
+}
+
+// NewRootCommand builds the whilly command tree.
+func NewRootCommand(stdio IO) *cobra.Command {
+	a := newApp(stdio, slog.New(slog.NewTextHandler(stdio.Err, nil)))
 	root := &cobra.Command{
 		Use:   "whilly",
 		Short: "GitHub-native orchestrator for AI coding agents",
@@ -129,6 +163,14 @@ Postgres cluster in its data directory (WHILLY_DATA_DIR, default ~/.local/share/
 Exit codes: 0 success, 1 validation or operation error, 2 environment or configuration error.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Every command checks the variables it reads before it does anything, and
+		// reports all the problems at once (exit 2).
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.cfg.Check(commandOf(cmd)); err != nil {
+				return envErr(err)
+			}
+			return a.useLogger(slog.LevelWarn)
+		},
 	}
 	root.SetIn(stdio.In)
 	root.SetOut(stdio.Out)

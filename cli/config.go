@@ -4,26 +4,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/whilly-go/whilly/worker"
 )
 
-// parseDuration reads Go syntax (45s, 30m) or a plain number of seconds.
-func parseDuration(name, s string) (time.Duration, error) {
-	d, err := worker.ParseDuration(s)
-	if err != nil {
-		return 0, envf("%s: %w", name, err)
+// envErr makes a configuration error (internal/config) exit 2.
+func envErr(err error) error {
+	if err == nil {
+		return nil
 	}
-	return d, nil
-}
-
-// envDuration reads a duration variable, or def when unset.
-func (a *app) envDuration(name string, def time.Duration) (time.Duration, error) {
-	v := a.env(name)
-	if v == "" {
-		return def, nil
-	}
-	return parseDuration(name, v)
+	return &exitError{code: ExitEnv, err: err}
 }
 
 // parseExpiry reads a token lifetime such as 30d, 12h or 45m.

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/internal/tui"
 	"github.com/whilly-go/whilly/queue"
 )
@@ -156,7 +157,10 @@ func dashboardPreflight(ctx context.Context, src *dashSource, planID string) err
 // remoteDashboard reads the control plane at --connect with the token of --token-file or
 // WHILLY_API_TOKEN (secrets never come from flags).
 func (a *app) remoteDashboard(o dashboardOptions) (*dashSource, error) {
-	token := a.env("WHILLY_API_TOKEN")
+	token, err := a.cfg.Secret(config.APIToken)
+	if err != nil {
+		return nil, envf("%w", err)
+	}
 	if o.tokenFile != "" {
 		b, err := os.ReadFile(o.tokenFile)
 		if err != nil {

@@ -30,9 +30,9 @@ func TestDashboardWithoutATerminalSuggestsEventsTail(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
 	// An unreachable database proves the terminal check comes before anything else.
-	a := &app{io: IO{In: strings.NewReader(""), Out: &out, Err: &errOut,
+	a := newApp(IO{In: strings.NewReader(""), Out: &out, Err: &errOut,
 		Getenv: envOf(map[string]string{"WHILLY_DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"})},
-		log: slog.New(slog.DiscardHandler)}
+		slog.New(slog.DiscardHandler))
 	cmd := a.dashboardCommand()
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true // as under the root command
 	cmd.SetArgs([]string{"--plan", "demo"})
@@ -128,8 +128,8 @@ func TestDashboardFollowsTheLocalDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a := &app{io: IO{Out: io.Discard, Err: io.Discard, Getenv: envOf(map[string]string{"WHILLY_DATABASE_URL": dsn})},
-		log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	a := newApp(IO{Out: io.Discard, Err: io.Discard, Getenv: envOf(map[string]string{"WHILLY_DATABASE_URL": dsn})},
+		slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 	src, err := a.localDashboard(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestDashboardFollowsTheLocalDatabase(t *testing.T) {
 	}
 
 	// A wrong token on --connect is a configuration error (exit 2), said before the TUI starts.
-	bad, err := (&app{io: IO{Getenv: envOf(map[string]string{"WHILLY_API_TOKEN": "wrt_nope"})}}).remoteDashboard(dashboardOptions{connect: src.api.BaseURL()})
+	bad, err := newApp(IO{Getenv: envOf(map[string]string{"WHILLY_API_TOKEN": "wrt_nope"})}, slog.New(slog.DiscardHandler)).remoteDashboard(dashboardOptions{connect: src.api.BaseURL()})
 	if err != nil {
 		t.Fatal(err)
 	}

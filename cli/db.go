@@ -5,22 +5,21 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/internal/pglocal"
 	"github.com/whilly-go/whilly/migrations"
-	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
 
 // databaseURL returns WHILLY_DATABASE_URL, or starts (or reuses) the embedded cluster and
 // returns its URL.
 func (a *app) databaseURL(ctx context.Context) (string, error) {
-	if u := a.env("WHILLY_DATABASE_URL"); u != "" {
+	if u := a.cfg.Raw(config.DatabaseURL); u != "" {
 		return u, nil
 	}
 	c, err := pglocal.Ensure(ctx, a.dataDir(), a.log)
@@ -45,10 +44,7 @@ func shareCores() {
 }
 
 func (a *app) dataDir() string {
-	if d := a.env("WHILLY_DATA_DIR"); d != "" {
-		return d
-	}
-	return pglocal.DefaultDataDir()
+	return pglocal.DefaultDataDir(a.cfg)
 }
 
 // poolConfig is the configured database's pool configuration.
@@ -114,9 +110,9 @@ func (a *app) openStore(ctx context.Context) (*queue.Store, func(), error) {
 
 // queueConfig reads the queue tuning variables.
 func (a *app) queueConfig() (queue.Config, error) {
-	ttl, err := a.envDuration("WHILLY_LEASE_TTL", 60*time.Second)
+	ttl, err := a.cfg.Duration(config.LeaseTTL)
 	if err != nil {
-		return queue.Config{}, err
+		return queue.Config{}, envErr(err)
 	}
 	attempts, err := a.maxAttempts()
 	if err != nil {
@@ -127,15 +123,8 @@ func (a *app) queueConfig() (queue.Config, error) {
 
 // maxAttempts reads WHILLY_MAX_ATTEMPTS, the attempt limit of tasks that name none.
 func (a *app) maxAttempts() (int, error) {
-	v := a.env("WHILLY_MAX_ATTEMPTS")
-	if v == "" {
-		return plan.DefaultMaxAttempts, nil
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n < 1 || n > plan.MaxMaxAttempts {
-		return 0, envf("WHILLY_MAX_ATTEMPTS must be a whole number from 1 to %d, got %q", plan.MaxMaxAttempts, v)
-	}
-	return n, nil
+	n, err := a.cfg.Int(config.MaxAttempts)
+	return n, envErr(err)
 }
 
 // printf writes to stdout; write errors on a terminal are not actionable.

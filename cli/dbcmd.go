@@ -3,6 +3,7 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/internal/pglocal"
 	"github.com/whilly-go/whilly/migrations"
 )
@@ -107,7 +108,7 @@ func (a *app) dbCommand() *cobra.Command {
 				return a.writeJSON(st)
 			}
 			a.printf("%s", st)
-			if a.env("WHILLY_DATABASE_URL") != "" {
+			if a.cfg.IsSet(config.DatabaseURL) {
 				a.printf("note: WHILLY_DATABASE_URL is set, so whilly uses that database, not this cluster\n")
 			}
 			return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -277,7 +278,10 @@ func quietCancel(ctx context.Context, err error) error {
 // tailRemote follows a control plane's event stream, reconnecting with the id of the
 // last event printed.
 func (a *app) tailRemote(ctx context.Context, o eventsTailOptions) error {
-	token := a.env("WHILLY_API_TOKEN")
+	token, err := a.cfg.Secret(config.APIToken)
+	if err != nil {
+		return envf("%w", err)
+	}
 	if o.tokenFile != "" {
 		b, err := os.ReadFile(o.tokenFile)
 		if err != nil {

@@ -51,10 +51,8 @@ func testApp(t *testing.T, out, errOut *syncBuffer, env map[string]string) *app 
 	if env["WHILLY_DATA_DIR"] == "" {
 		env["WHILLY_DATA_DIR"] = t.TempDir()
 	}
-	return &app{
-		io:  IO{In: strings.NewReader(""), Out: out, Err: errOut, Getenv: func(k string) string { return env[k] }},
-		log: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
+	return newApp(IO{In: strings.NewReader(""), Out: out, Err: errOut, Getenv: func(k string) string { return env[k] }},
+		slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {

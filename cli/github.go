@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +15,7 @@ import (
 	ghapp "github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
 	"github.com/whilly-go/whilly/internal/config"
+	"github.com/whilly-go/whilly/internal/logging"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/webhook"
@@ -48,81 +47,49 @@ type githubEnv struct {
 // (WHILLY_GITHUB_APP_ID set, else the file of `whilly app create` in WHILLY_DATA_DIR);
 // when it is, its private key must be there too.
 func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
-	env = githubEnv{token: a.env("WHILLY_GITHUB_TOKEN"), apiURL: a.env("WHILLY_GITHUB_API_URL"), publicURL: a.env("WHILLY_PUBLIC_URL")}
-	if env.mirror, err = a.envDuration("WHILLY_GITHUB_MIRROR_INTERVAL", 3*time.Second); err != nil {
-		return env, false, err
+	c := a.cfg
+	env = githubEnv{apiURL: c.Raw(config.GitHubAPIURL), publicURL: c.String(config.PublicURL)}
+	if err := errors.Join(c.Err(config.GitHubAPIURL), c.Err(config.PublicURL)); err != nil {
+		return env, false, envErr(err)
 	}
-	if env.reconcile, err = a.envDuration("WHILLY_GITHUB_RECONCILE_INTERVAL", 5*time.Minute); err != nil {
-		return env, false, err
+	var secret, key string
+	for _, read := range []func() error{
+		func() (err error) { env.token, err = c.Secret(config.GitHubToken); return err },
+		func() (err error) { env.mirror, err = c.Duration(config.GitHubMirrorInterval); return err },
+		func() (err error) { env.reconcile, err = c.Duration(config.GitHubReconcileInterval); return err },
+		func() (err error) { env.dispatch, err = c.Bool(config.DispatchActions); return err },
+		func() (err error) { env.dispatchIdle, err = c.Duration(config.DispatchInterval); return err },
+		func() (err error) { env.pullInterval, err = c.Duration(config.GitHubPullInterval); return err },
+		func() error { return c.Err(config.GitHubDeliveries) },
+		func() (err error) { secret, err = c.Secret(config.GitHubWebhookSecret); return err },
+		func() (err error) { key, err = c.Secret(config.GitHubPrivateKey); return err },
+		func() error { return c.Err(config.GitHubAppID) },
+	} {
+		if err := read(); err != nil {
+			return env, false, envErr(err)
+		}
 	}
-	if env.dispatch, err = a.envSwitch("WHILLY_DISPATCH_ACTIONS"); err != nil {
-		return env, false, err
-	}
-	if env.dispatchIdle, err = a.envDuration("WHILLY_DISPATCH_INTERVAL", 10*time.Minute); err != nil {
-		return env, false, err
-	}
-	switch mode := a.env("WHILLY_GITHUB_DELIVERIES"); mode {
-	case "", "push":
-	case "pull":
-		env.pull = true
-	default:
-		return env, false, envf("WHILLY_GITHUB_DELIVERIES must be push or pull, got %q", mode)
-	}
-	if env.pullInterval, err = a.envDuration("WHILLY_GITHUB_PULL_INTERVAL", ghapp.PullDefaultInterval); err != nil {
-		return env, false, err
-	}
-	if env.pullInterval < time.Second {
-		return env, false, envf("WHILLY_GITHUB_PULL_INTERVAL must be at least 1s, got %s", env.pullInterval)
-	}
-	secret, err := a.secret("WHILLY_GITHUB_WEBHOOK_SECRET")
-	if err != nil {
-		return env, false, err
-	}
+	env.pull = c.String(config.GitHubDeliveries) == "pull"
 	env.secret = []byte(secret)
-	id := a.env("WHILLY_GITHUB_APP_ID")
+	id := c.Raw(config.GitHubAppID)
 	if id == "" {
 		// The file of `whilly app create`, when there is one.
-		c, ok, err := a.appCredentials()
+		cred, ok, err := a.appCredentials()
 		if err != nil || !ok {
 			return env, false, err
 		}
-		env.appID, env.key = c.AppID, []byte(c.PrivateKey)
+		env.appID, env.key = cred.AppID, []byte(cred.PrivateKey)
 		if len(env.secret) == 0 {
-			env.secret = []byte(c.WebhookSecret)
+			env.secret = []byte(cred.WebhookSecret)
 		}
 		return env, true, nil
 	}
-	if env.appID, err = strconv.ParseInt(id, 10, 64); err != nil || env.appID <= 0 {
-		return env, false, envf("WHILLY_GITHUB_APP_ID must be the App's numeric id, got %q", id)
-	}
-	key, err := a.secret("WHILLY_GITHUB_PRIVATE_KEY")
-	if err != nil {
-		return env, false, err
-	}
+	env.appID, _ = strconv.ParseInt(id, 10, 64) // checked by c.Err above
 	if key == "" {
 		return env, false, envf("WHILLY_GITHUB_APP_ID is set but the App's private key is not: set WHILLY_GITHUB_PRIVATE_KEY (PEM) or WHILLY_GITHUB_PRIVATE_KEY_FILE")
 	}
-	if !strings.Contains(key, "\n") {
-		key = strings.ReplaceAll(key, `\n`, "\n") // a PEM squeezed onto one line
-	}
-	env.key = []byte(key)
+	env.key = []byte(config.PEM(key))
 	return env, true, nil
-}
-
-// secret reads NAME, else the file named by NAME_FILE.
-func (a *app) secret(name string) (string, error) {
-	if v := a.env(name); v != "" {
-		return v, nil
-	}
-	path := a.env(name + "_FILE")
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", envf("read %s_FILE: %w", name, err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 func (env githubEnv) factory(hasApp bool) (*ghapp.Factory, error) {
@@ -139,7 +106,7 @@ func (env githubEnv) factory(hasApp bool) (*ghapp.Factory, error) {
 
 // githubPlanner is the planner agent of WHILLY_PLANNER, or nil when it is unset.
 func (a *app) githubPlanner() (intake.Planner, error) {
-	name := a.env("WHILLY_PLANNER")
+	name := a.cfg.Raw(config.Planner)
 	if name == "" {
 		return nil, nil
 	}
@@ -147,9 +114,9 @@ func (a *app) githubPlanner() (intake.Planner, error) {
 	if err != nil {
 		return nil, envf("WHILLY_PLANNER: %w", err)
 	}
-	timeout, err := a.envDuration("WHILLY_PLANNER_TIMEOUT", 10*time.Minute)
+	timeout, err := a.cfg.Duration(config.PlannerTimeout)
 	if err != nil {
-		return nil, err
+		return nil, envErr(err)
 	}
 	attempts, err := a.maxAttempts()
 	if err != nil {
@@ -166,7 +133,7 @@ func (a *app) githubPlanner() (intake.Planner, error) {
 // intakePolicy reads what plans from issues may ask for and whose issues are taken in
 // (WHILLY_GITHUB_BUDGET_USD, WHILLY_GITHUB_ALLOWED_OWNERS).
 func (a *app) intakePolicy() (intake.Config, error) {
-	env := config.New(a.io.Getenv)
+	env := a.cfg
 	budget, _, err := env.USD(config.GitHubBudgetUSD)
 	if err != nil {
 		return intake.Config{}, envf("%w", err)
@@ -193,7 +160,7 @@ func (a *app) githubParts(st *queue.Store, env githubEnv, hasApp bool) (*githubP
 	}
 	// An insert-only client: the webhook and intake insert jobs before (or without) the
 	// control plane's River client existing; River workers run them.
-	jobs, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{Logger: a.log})
+	jobs, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{Logger: logging.Demote(a.log)})
 	if err != nil {
 		return nil, envf("create the job inserter: %w", err)
 	}
@@ -292,7 +259,7 @@ func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, e
 // first.
 func (a *app) missingAppVariables(env githubEnv) []string {
 	missing := []string{"WHILLY_GITHUB_APP_ID"}
-	if a.env("WHILLY_GITHUB_PRIVATE_KEY") == "" && a.env("WHILLY_GITHUB_PRIVATE_KEY_FILE") == "" {
+	if !a.cfg.IsSet(config.GitHubPrivateKey) {
 		missing = append(missing, "WHILLY_GITHUB_PRIVATE_KEY (or _FILE)")
 	}
 	if len(env.secret) == 0 {

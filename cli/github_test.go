@@ -21,7 +21,7 @@ import (
 func githubTestApp(env map[string]string) (*app, *bytes.Buffer) {
 	var out bytes.Buffer
 	stdio := IO{In: strings.NewReader(""), Out: &out, Err: &out, Getenv: func(k string) string { return env[k] }}
-	return &app{io: stdio, log: slog.New(slog.DiscardHandler)}, &out
+	return newApp(stdio, slog.New(slog.DiscardHandler)), &out
 }
 
 func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {

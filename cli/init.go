@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/agent"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
@@ -104,7 +105,7 @@ func (a *app) runInit(cmd *cobra.Command, ideaArg string, o initOptions) error {
 	}
 	name, fromEnv := o.planner, false
 	if name == "" {
-		name, fromEnv = a.env("WHILLY_PLANNER"), true
+		name, fromEnv = a.cfg.Raw(config.Planner), true
 	}
 	if name == "" {
 		name = agent.NameClaude
@@ -116,16 +117,16 @@ func (a *app) runInit(cmd *cobra.Command, ideaArg string, o initOptions) error {
 		}
 		return failf("--planner: %w", err)
 	}
-	timeout, err := a.envDuration("WHILLY_PLANNER_TIMEOUT", defaultPlannerTimeout)
+	timeout, err := a.cfg.Duration(config.PlannerTimeout)
 	if err != nil {
-		return err
+		return envErr(err)
 	}
 	attempts, err := a.maxAttempts()
 	if err != nil {
 		return err
 	}
 	if o.model == "" {
-		o.model = a.env("WHILLY_MODEL")
+		o.model = a.cfg.Raw(config.Model)
 	}
 
 	// Everything that can refuse without the planner refuses before it is paid.

@@ -27,7 +27,7 @@ func execCLI(t *testing.T, env map[string]string, stdin string, args ...string) 
 	stdio := IO{In: strings.NewReader(stdin), Out: &out, Err: &errb, Getenv: unboxedEnv(env)}
 	root := NewRootCommand(stdio)
 	if c, _, err := root.Find([]string{"init"}); err != nil || c.Name() != "init" {
-		root.AddCommand((&app{io: stdio, log: slog.New(slog.DiscardHandler)}).initCommand())
+		root.AddCommand(newApp(stdio, slog.New(slog.DiscardHandler)).initCommand())
 	}
 	root.SetArgs(args)
 	code = report(stdio.Err, root.ExecuteContext(context.Background()))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/worker"
@@ -53,13 +54,13 @@ agent runs no model: it finishes after --sim-delay with --sim-cost, failing a sh
 				return failf("--workers must be between 1 and 64, got %d", o.workers)
 			}
 			if o.agent == "" {
-				o.agent = a.env("WHILLY_AGENT")
+				o.agent = a.cfg.String(config.Agent)
 			}
 			if o.agent == "" {
 				o.agent = agent.NameClaude
 			}
 			if o.model == "" {
-				o.model = a.env("WHILLY_MODEL")
+				o.model = a.cfg.Raw(config.Model)
 			}
 			return a.runPlan(cmd.Context(), o)
 		},
@@ -87,11 +88,11 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 	if err != nil {
 		return failf("--sim-cost %q is not an amount of USD", o.simCost)
 	}
-	timeout, err := a.envDuration("WHILLY_AGENT_TIMEOUT", agent.DefaultTimeout)
+	timeout, err := a.cfg.Duration(config.AgentTimeout)
 	if err != nil {
-		return err
+		return envErr(err)
 	}
-	acfg := agent.ConfigFromEnv(a.io.Getenv)
+	acfg := worker.AgentConfig(a.cfg)
 	acfg.Logger = a.log
 	acfg.Sim = agent.SimConfig{Delay: o.simDelay, Cost: cost, FailRate: o.simFail, Seed: uint64(time.Now().UnixNano())}
 	if acfg.Sandbox, err = a.openSandbox(o.agent); err != nil {

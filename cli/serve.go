@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/control"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
 )
@@ -30,36 +31,44 @@ embedded cluster). It applies migrations under an advisory lock, starts River's 
 jobs (lease reaper, offline-worker sweep) and serves the HTTP API on WHILLY_LISTEN
 (default 127.0.0.1:8000). Any number of replicas may share one database.
 
-Environment: WHILLY_LISTEN, WHILLY_BOOTSTRAP_TOKEN (lets workers register),
-WHILLY_METRICS_TOKEN (protects /metrics), WHILLY_LEASE_TTL (default 60s),
-WHILLY_MAX_ATTEMPTS (attempt limit of tasks that name none, default 3).
-SIGTERM or SIGINT shuts down in order: HTTP, then background jobs, then the database pool.`,
+It checks every variable below before it opens the database, builds everything, and only
+then listens: a bad configuration exits 2 with all its problems in one message, and
+"listening" means it serves. SIGTERM or SIGINT shuts down in order: HTTP, then background
+jobs, then the database pool.
+
+Example:
+  WHILLY_BOOTSTRAP_TOKEN=$(openssl rand -hex 32) WHILLY_LOG_FORMAT=json whilly serve --listen :8000
+
+Environment (the table of docs/configuration.md):
+` + config.Help(config.Serve),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// A server's log is its record: keep info, not only warnings.
-			a.log = slog.New(slog.NewTextHandler(a.io.Err, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			// A server's log is its record: info by default, not only warnings.
+			if err := a.useLogger(slog.LevelInfo); err != nil {
+				return err
+			}
 			// It holds the App key and the database: no process of its user may read its memory.
 			if err := sandbox.NotDumpable(); err != nil {
 				return envf("%w", err)
 			}
 			if listen == "" {
-				listen = a.env("WHILLY_LISTEN")
-			}
-			if listen == "" {
-				listen = "127.0.0.1:8000"
+				listen = a.cfg.String(config.Listen)
 			}
 			st, closeDB, err := a.openStore(cmd.Context())
 			if err != nil {
 				return err
 			}
+			defer closeDB()
+			cp, err := a.newControlPlane(cmd.Context(), st)
+			if err != nil {
+				return err
+			}
 			ln, err := (&net.ListenConfig{}).Listen(cmd.Context(), "tcp", listen)
 			if err != nil {
-				closeDB()
+				cp.cancel()
 				return envf("listen on %s: %w", listen, err)
 			}
-			defer closeDB()
-			a.printf("whilly control plane listening on http://%s\n", ln.Addr())
-			return a.serve(cmd.Context(), st, ln)
+			return a.serve(cmd.Context(), cp, ln)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "address to listen on (default $WHILLY_LISTEN or 127.0.0.1:8000)")
@@ -73,6 +82,11 @@ type controlPlane struct {
 	done   chan error
 	cancel context.CancelFunc
 	stop   func(context.Context) error
+
+	ctx      context.Context // cancelled by cancel; the listener's and River's
+	jobs     *river.Client[pgx.Tx]
+	listener *queue.Listener
+	log      *slog.Logger
 }
 
 // extension plugs a capability (the GitHub App, the TRIZ analyzer) into the control
@@ -113,8 +127,22 @@ func (a *app) extensions(ctx context.Context, st *queue.Store) ([]*extension, er
 }
 
 // startControlPlane starts the control plane on ln and returns at once; Shutdown stops
-// it in order. Used by `whilly serve` and `whilly run`.
+// it in order. Used by `whilly run`, the dashboard and bench.
 func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Listener) (*controlPlane, error) {
+	cp, err := a.newControlPlane(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	if err := cp.start(ln); err != nil {
+		_ = ln.Close() // nothing was served on it
+		return nil, err
+	}
+	return cp, nil
+}
+
+// newControlPlane builds the control plane — extensions, River, the HTTP server — and
+// starts nothing, so every error of configuration comes before a port is opened.
+func (a *app) newControlPlane(ctx context.Context, st *queue.Store) (*controlPlane, error) {
 	var (
 		rc   *river.Client[pgx.Tx]
 		exts []*extension
@@ -130,11 +158,6 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	listener := queue.NewListener(st.Pool(), a.log)
-	go func() {
-		if err := listener.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			a.log.ErrorContext(ctx, "event listener stopped", "error", err)
-		}
-	}()
 	queues := map[string]river.QueueConfig{}
 	for _, e := range exts {
 		maps.Copy(queues, e.queues)
@@ -152,19 +175,25 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 		cancel()
 		return nil, err
 	}
-	if err := rc.Start(ctx); err != nil {
-		cancel()
-		return nil, fmt.Errorf("start background jobs: %w", err)
-	}
 	var workspaces control.WorkspaceProvider
 	for _, e := range exts {
 		if workspaces == nil {
 			workspaces = e.workspaces
 		}
 	}
+	bootstrap, err := a.cfg.Secret(config.BootstrapToken)
+	if err != nil {
+		cancel()
+		return nil, envErr(err)
+	}
+	metricsToken, err := a.cfg.Secret(config.MetricsToken)
+	if err != nil {
+		cancel()
+		return nil, envErr(err)
+	}
 	srv := control.New(st, listener, a.log, control.Config{
-		BootstrapToken: a.env("WHILLY_BOOTSTRAP_TOKEN"),
-		MetricsToken:   a.env("WHILLY_METRICS_TOKEN"),
+		BootstrapToken: bootstrap,
+		MetricsToken:   metricsToken,
 		Workspaces:     workspaces,
 	})
 	for _, e := range exts {
@@ -175,9 +204,23 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	// Shutdown does not cancel requests in flight: end long-polls and streams at once.
 	hs.RegisterOnShutdown(srv.Drain)
-	cp := &controlPlane{store: st, srv: hs, done: make(chan error, 1), cancel: cancel, stop: rc.Stop}
-	go func() { cp.done <- hs.Serve(ln) }()
-	return cp, nil
+	return &controlPlane{store: st, srv: hs, done: make(chan error, 1), cancel: cancel,
+		stop: rc.Stop, ctx: ctx, jobs: rc, listener: listener, log: a.log}, nil
+}
+
+// start runs the LISTEN connection, the background jobs and the HTTP server on ln.
+func (cp *controlPlane) start(ln net.Listener) error {
+	go func() {
+		if err := cp.listener.Run(cp.ctx); err != nil && !errors.Is(err, context.Canceled) {
+			cp.log.ErrorContext(cp.ctx, "event listener stopped", "error", err)
+		}
+	}()
+	if err := cp.jobs.Start(cp.ctx); err != nil {
+		cp.cancel()
+		return fmt.Errorf("start background jobs: %w", err)
+	}
+	go func() { cp.done <- cp.srv.Serve(ln) }()
+	return nil
 }
 
 // mergeHooks chains the extensions' hooks; *exts and *jobs are set before any hook can run.
@@ -217,12 +260,14 @@ func (cp *controlPlane) Shutdown(ctx context.Context) error {
 	return errors.Join(errHTTP, errRiver)
 }
 
-func (a *app) serve(ctx context.Context, st *queue.Store, ln net.Listener) error {
-	cp, err := a.startControlPlane(ctx, st, ln)
-	if err != nil {
+// serve starts cp on ln, says so, and serves until ctx ends.
+func (a *app) serve(ctx context.Context, cp *controlPlane, ln net.Listener) error {
+	if err := cp.start(ln); err != nil {
 		_ = ln.Close() // nothing was served on it
 		return err
 	}
+	a.printf("whilly control plane listening on http://%s\n", ln.Addr())
+	a.log.InfoContext(ctx, "listening", "addr", ln.Addr().String())
 	select {
 	case <-ctx.Done():
 	case err := <-cp.done:

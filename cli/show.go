@@ -32,7 +32,7 @@ type styles struct{ r *lipgloss.Renderer }
 func (a *app) styles(cmd *cobra.Command) styles {
 	r := lipgloss.NewRenderer(a.io.Out)
 	noColor, _ := cmd.Flags().GetBool("no-color")
-	if noColor || a.env("NO_COLOR") != "" || !isTerminal(a.io.Out) {
+	if noColor || a.io.Getenv("NO_COLOR") != "" || !isTerminal(a.io.Out) {
 		r.SetColorProfile(termenv.Ascii)
 	}
 	return styles{r: r}

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/whilly-go/whilly/internal/logging"
 )
 
 // River job kinds. They are persisted: never rename one.
@@ -111,7 +113,7 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}
 	maps.Copy(queues, cfg.Queues)
 	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{
-		Logger:       log,
+		Logger:       logging.Demote(log), // River's INFO lines are routine: DEBUG
 		Queues:       queues,
 		Workers:      workers,
 		PeriodicJobs: periodic,

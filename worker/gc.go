@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/whilly-go/whilly/internal/config"
 )
 
 // Defaults of `whilly-worker gc`.
@@ -190,7 +192,7 @@ func gcMain(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		fs.PrintDefaults()
 	}
 	var (
-		dir     = fs.String("dir", strings.TrimSpace(getenv(WorkspaceDirEnv)), "workspace directory ("+WorkspaceDirEnv+")")
+		dir     = fs.String("dir", config.New(getenv).Raw(config.WorkspaceDir), "workspace directory ("+string(config.WorkspaceDir)+")")
 		maxAge  = fs.String("max-age", DefaultGCMaxAge.String(), "remove workspaces unused for longer (Go duration or seconds; 0 keeps all)")
 		maxSize = fs.String("max-size", "5GB", "then keep at most this much (e.g. 500MB, 5GB, 2GiB; 0: no limit)")
 		dryRun  = fs.Bool("dry-run", false, "print what would be removed, remove nothing")
@@ -210,7 +212,7 @@ func gcMain(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	}
 	var opt GCOptions
 	if *maxAge != "0" {
-		d, err := ParseDuration(*maxAge)
+		d, err := config.ParseDuration(*maxAge)
 		if err != nil {
 			return fail(2, "--max-age: %v", err)
 		}

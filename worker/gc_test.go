@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/worker"
 )
 
@@ -107,7 +108,7 @@ func TestGCRemovesOldWorkspaces(t *testing.T) {
 	out.Reset()
 	code = worker.Main(context.Background(), []string{"gc", "--max-age", "72h", "--max-size", "0"}, &out, &errOut,
 		func(k string) string {
-			if k == worker.WorkspaceDirEnv {
+			if k == string(config.WorkspaceDir) {
 				return root
 			}
 			return ""

@@ -8,14 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/config"
+	"github.com/whilly-go/whilly/internal/logging"
 	"github.com/whilly-go/whilly/internal/version"
-	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/sandbox"
 )
 
@@ -30,18 +30,11 @@ Without a worker token it registers itself with WHILLY_BOOTSTRAP_TOKEN and print
 worker id and token on stderr. SIGTERM or SIGINT stops the agent's whole process group
 and releases the task before exiting.
 
-Environment: WHILLY_CONTROL_URL, WHILLY_WORKER_TOKEN, WHILLY_WORKER_ID, WHILLY_PLAN,
-WHILLY_AGENT, WHILLY_AGENT_CMD, WHILLY_AGENT_TIMEOUT, WHILLY_MODEL, CLAUDE_BIN, CODEX_BIN,
-WHILLY_WORKSPACE_DIR (per-plan checkouts of repository plans),
-WHILLY_BOOTSTRAP_TOKEN; the sandbox: WHILLY_SANDBOX (bwrap, the default where bubblewrap
-works, or none), WHILLY_SANDBOX_NET (proxy, none, host), WHILLY_SANDBOX_ALLOW_HOSTS,
-WHILLY_AGENT_ENV; for the sim agent WHILLY_SIM_DELAY (default 0), WHILLY_SIM_COST
-(USD, default 0) and WHILLY_SIM_FAIL_RATE (0 to 1, default 0).
-
 Exit codes: 0 done (--once, --drain, --max-tasks) or stopped by a signal, 1 an operation
-error, 2 a configuration error or a control plane that refuses the token.
+error, 2 a configuration error (all problems reported at once) or a control plane that
+refuses the token.
 
-Flags:
+Environment (a flag wins over its variable):
 `
 
 // Main runs the whilly-worker command line and returns its exit code.
@@ -56,30 +49,25 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	fs := flag.NewFlagSet("whilly-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage, config.Help(config.Worker), "\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	env := func(k, def string) string {
-		if v := strings.TrimSpace(getenv(k)); v != "" {
-			return v
-		}
-		return def
-	}
+	c := config.New(getenv)
 	var (
-		connect   = fs.String("connect", env("WHILLY_CONTROL_URL", ""), "control plane URL (WHILLY_CONTROL_URL)")
+		connect   = fs.String("connect", c.Raw(config.ControlURL), "control plane URL (WHILLY_CONTROL_URL)")
 		tokenFile = fs.String("token-file", "", "read the worker token from this file")
-		workerID  = fs.String("worker-id", env("WHILLY_WORKER_ID", ""), "worker id (WHILLY_WORKER_ID; learned from the token when empty)")
-		planID    = fs.String("plan", env("WHILLY_PLAN", ""), "claim only from this plan (WHILLY_PLAN)")
+		workerID  = fs.String("worker-id", c.Raw(config.WorkerID), "worker id (WHILLY_WORKER_ID; learned from the token when empty)")
+		planID    = fs.String("plan", c.Raw(config.Plan), "claim only from this plan (WHILLY_PLAN)")
 		labels    = fs.String("labels", "", "comma-separated labels this worker offers (when it registers itself)")
-		agentName = fs.String("agent", env("WHILLY_AGENT", agent.NameClaude), "agent: "+strings.Join(agent.Names(), ", ")+" (WHILLY_AGENT)")
-		model     = fs.String("model", env("WHILLY_MODEL", ""), "model passed to the agent (WHILLY_MODEL)")
+		agentName = fs.String("agent", c.String(config.Agent), "agent: "+strings.Join(agent.Names(), ", ")+" (WHILLY_AGENT)")
+		model     = fs.String("model", c.Raw(config.Model), "model passed to the agent (WHILLY_MODEL)")
 		once      = fs.Bool("once", false, "run one task, then exit")
 		drain     = fs.Bool("drain", false, "exit 0 when nothing this worker may claim is pending, running or retrying")
 		maxTasks  = fs.Int("max-tasks", 0, "exit after this many tasks (0: no limit)")
 		insecure  = fs.Bool("insecure", false, "allow plain http:// to a non-loopback control plane")
 		logDir    = fs.String("log-dir", "", "write each attempt's agent output to a file under this directory")
 		workDir   = fs.String("workdir", "", "directory the agent works in (default: the current one)")
-		wsDir     = fs.String("workspace-dir", env(WorkspaceDirEnv, ""), "per-plan checkouts of repository plans ("+WorkspaceDirEnv+"; default <user cache dir>/whilly/workspaces)")
+		wsDir     = fs.String("workspace-dir", c.Raw(config.WorkspaceDir), "per-plan checkouts of repository plans (WHILLY_WORKSPACE_DIR; default <user cache dir>/whilly/workspaces)")
 		token     = fs.String("token", "", "worker token (prefer WHILLY_WORKER_TOKEN or --token-file: flags show in ps)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -95,6 +83,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	if fs.NArg() > 0 {
 		return fail(2, "unexpected argument %q (see --help)", fs.Arg(0))
 	}
+	if err := c.Check(config.Worker); err != nil {
+		return fail(2, "%v", err)
+	}
+	log, err := logging.New(stderr, c, slog.LevelInfo)
+	if err != nil {
+		return fail(2, "%v", err) // unreachable: Check covers the log variables
+	}
 	if *connect == "" {
 		return fail(2, "no control plane: pass --connect URL or set WHILLY_CONTROL_URL")
 	}
@@ -104,7 +99,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		fmt.Fprintln(stderr, "warning: --token is visible to every user of this machine (ps) and kept in shell history; set WHILLY_WORKER_TOKEN or use --token-file instead")
 	}
 	if tok == "" {
-		tok = env("WHILLY_WORKER_TOKEN", "")
+		tok, _ = c.Secret(config.WorkerToken) // its error was reported by Check
 	}
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)
@@ -113,23 +108,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		}
 		tok = strings.TrimSpace(string(b))
 	}
-	timeout := agent.DefaultTimeout
-	if v := env("WHILLY_AGENT_TIMEOUT", ""); v != "" {
-		d, err := ParseDuration(v)
-		if err != nil {
-			return fail(2, "WHILLY_AGENT_TIMEOUT: %v", err)
-		}
-		timeout = d
+	timeout, err := c.Duration(config.AgentTimeout)
+	if err != nil {
+		return fail(2, "%v", err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	// Before registering: a worker that cannot box its agent must not join the fleet.
 	sb, err := OpenSandbox(ctx, getenv, *agentName, log)
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	cfg := agent.ConfigFromEnv(getenv)
+	cfg := AgentConfig(c)
 	cfg.Logger = log
-	if cfg.Sim, err = simFromEnv(env); err != nil {
+	if cfg.Sim, err = simFromEnv(c); err != nil {
 		return fail(2, "%v", err)
 	}
 	cfg.Sandbox = sb
@@ -147,12 +137,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return fail(2, "%v", err)
 	}
 	if tok == "" {
-		boot := env("WHILLY_BOOTSTRAP_TOKEN", "")
+		boot, _ := c.Secret(config.BootstrapToken) // its error was reported by Check
 		if boot == "" {
 			return fail(2, "no worker token: set WHILLY_WORKER_TOKEN (or --token-file), or WHILLY_BOOTSTRAP_TOKEN to register")
 		}
 		host, _ := os.Hostname()
-		reg, err := api.WithToken(boot).Register(ctx, client.RegisterRequest{Hostname: host, Labels: splitList(*labels)})
+		reg, err := api.WithToken(boot).Register(ctx, client.RegisterRequest{Hostname: host, Labels: config.SplitList(*labels)})
 		if err != nil {
 			return fail(2, "register with %s: %v", *connect, err)
 		}
@@ -213,55 +203,25 @@ func OpenSandbox(ctx context.Context, getenv func(string) string, agentName stri
 
 // simFromEnv reads the sim agent's settings. Unset, the sim finishes at once, free and
 // always successful: the setting of benchmarks.
-func simFromEnv(env func(k, def string) string) (agent.SimConfig, error) {
-	var sc agent.SimConfig
-	if v := env("WHILLY_SIM_DELAY", ""); v != "" {
-		d, err := time.ParseDuration(v) // 0 and 0s are fine here
-		if err != nil {
-			d, err = ParseDuration(v)
-		}
-		if err != nil || d < 0 {
-			return sc, fmt.Errorf("WHILLY_SIM_DELAY %q is not a duration such as 200ms, or a number of seconds", v)
-		}
-		sc.Delay = d
+func simFromEnv(c *config.Env) (agent.SimConfig, error) {
+	sc := agent.SimConfig{Seed: uint64(time.Now().UnixNano())}
+	var err error
+	if sc.Delay, err = c.Duration(config.SimDelay); err != nil {
+		return sc, err
 	}
-	if v := env("WHILLY_SIM_COST", ""); v != "" {
-		c, err := plan.ParseUSD(v)
-		if err != nil || c < 0 {
-			return sc, fmt.Errorf("WHILLY_SIM_COST %q is not an amount of USD", v)
-		}
-		sc.Cost = c
+	if sc.Cost, _, err = c.USD(config.SimCost); err != nil {
+		return sc, err
 	}
-	if v := env("WHILLY_SIM_FAIL_RATE", ""); v != "" {
-		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || r < 0 || r > 1 {
-			return sc, fmt.Errorf("WHILLY_SIM_FAIL_RATE %q is not a number from 0 to 1", v)
-		}
-		sc.FailRate = r
-	}
-	sc.Seed = uint64(time.Now().UnixNano())
-	return sc, nil
+	sc.FailRate, err = c.Number(config.SimFailRate)
+	return sc, err
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
+// AgentConfig reads the agent settings of the environment (CLAUDE_BIN, CODEX_BIN,
+// WHILLY_AGENT_CMD). Timeouts and the model are per request and read by the caller.
+func AgentConfig(env *config.Env) agent.Config {
+	return agent.Config{
+		ClaudeBin: env.String(config.ClaudeBin),
+		CodexBin:  env.String(config.CodexBin),
+		Command:   env.Raw(config.AgentCmd),
 	}
-	return out
-}
-
-// ParseDuration reads Go syntax (45s, 30m) or a plain number of seconds.
-func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if n, err := strconv.ParseFloat(s, 64); err == nil && n > 0 {
-		return time.Duration(n * float64(time.Second)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%q is not a duration such as 45s or 30m, or a number of seconds", s)
-	}
-	return d, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/config"
 )
 
 // Workspaces are per-plan git checkouts under one directory (WHILLY_WORKSPACE_DIR):
@@ -33,10 +34,6 @@ import (
 // changed as one commit pushed fast-forward. The push token reaches git only through the
 // environment of the git commands that talk to the remote (GIT_CONFIG_* entries): never
 // .git/config, argv, the agent's environment or a log.
-
-// WorkspaceDirEnv names the directory of the workspaces; the default is
-// <os.UserCacheDir>/whilly/workspaces.
-const WorkspaceDirEnv = "WHILLY_WORKSPACE_DIR"
 
 // ReasonWorkspace is the class of the FAIL reasons of a task whose workspace could not
 // be prepared or published ("workspace: push rejected twice" …).
@@ -53,7 +50,7 @@ const (
 func DefaultWorkspaceDir() (string, error) {
 	dir, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("find the user cache directory (set %s): %w", WorkspaceDirEnv, err)
+		return "", fmt.Errorf("find the user cache directory (set %s): %w", config.WorkspaceDir, err)
 	}
 	return filepath.Join(dir, "whilly", "workspaces"), nil
 }
@@ -146,7 +143,7 @@ func (ws *Workspaces) Open(ctx context.Context, planID string, spec client.Works
 		return nil, err
 	}
 	if ws.root == "" {
-		return nil, fmt.Errorf("open workspace: no workspace directory (set %s)", WorkspaceDirEnv)
+		return nil, fmt.Errorf("open workspace: no workspace directory (set %s)", config.WorkspaceDir)
 	}
 	if err := os.MkdirAll(ws.root, 0o750); err != nil {
 		return nil, fmt.Errorf("create the workspace directory: %w", err)

@@ -27,6 +27,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/whilly-go/whilly/internal/config"
 )
 
 const (
@@ -113,8 +115,8 @@ func (s State) String() string {
 
 // DefaultDataDir returns WHILLY_DATA_DIR, else $XDG_DATA_HOME/whilly, else
 // ~/.local/share/whilly.
-func DefaultDataDir() string {
-	if d := os.Getenv("WHILLY_DATA_DIR"); d != "" {
+func DefaultDataDir(env *config.Env) string {
+	if d := env.Raw(config.DataDir); d != "" {
 		return d
 	}
 	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) { // the XDG spec ignores relative values

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/whilly-go/whilly/internal/config"
 )
 
 // helperDirEnv makes the test binary a helper process that calls EnsureWith on the
@@ -436,19 +438,19 @@ func TestDefaultDataDir(t *testing.T) {
 	}
 	t.Setenv("WHILLY_DATA_DIR", "")
 	t.Setenv("XDG_DATA_HOME", "")
-	if got, want := DefaultDataDir(), filepath.Join(home, ".local", "share", "whilly"); got != want {
+	if got, want := DefaultDataDir(config.New(os.Getenv)), filepath.Join(home, ".local", "share", "whilly"); got != want {
 		t.Errorf("default = %s, want %s", got, want)
 	}
 	t.Setenv("XDG_DATA_HOME", "relative/ignored")
-	if got, want := DefaultDataDir(), filepath.Join(home, ".local", "share", "whilly"); got != want {
+	if got, want := DefaultDataDir(config.New(os.Getenv)), filepath.Join(home, ".local", "share", "whilly"); got != want {
 		t.Errorf("with relative XDG_DATA_HOME = %s, want %s", got, want)
 	}
 	t.Setenv("XDG_DATA_HOME", "/xdg")
-	if got := DefaultDataDir(); got != "/xdg/whilly" {
+	if got := DefaultDataDir(config.New(os.Getenv)); got != "/xdg/whilly" {
 		t.Errorf("with XDG_DATA_HOME = %s", got)
 	}
 	t.Setenv("WHILLY_DATA_DIR", "/data/w")
-	if got := DefaultDataDir(); got != "/data/w" {
+	if got := DefaultDataDir(config.New(os.Getenv)); got != "/data/w" {
 		t.Errorf("with WHILLY_DATA_DIR = %s", got)
 	}
 }
