@@ -13,7 +13,7 @@ LDFLAGS   := -X $(VPKG).version=$(VERSION) -X $(VPKG).commit=$(COMMIT) -X $(VPKG
 PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST      := dist
 
-.PHONY: help build release print-ldflags test test-short lint bench demo clean docs
+.PHONY: help build release print-ldflags test test-deploy test-short lint bench demo clean docs
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -37,8 +37,12 @@ release: ## static binaries for linux and darwin (amd64, arm64) in dist/, with S
 print-ldflags: # the -ldflags of build and release (used by internal/version's test)
 	@echo '$(LDFLAGS)'
 
-test: ## run every test against a private Postgres cluster, with the race detector
+test: ## run every test against a private Postgres cluster, with the race detector; then deploy/'s
 	$(GO) test -race -count=1 ./...
+	$(MAKE) test-deploy
+
+test-deploy: ## render the Helm chart, load the compose file, parse the Dockerfiles (module deploy/)
+	cd deploy && $(GO) test -count=1 ./...
 
 test-short: ## the tests without the race detector (faster)
 	$(GO) test -count=1 ./...
@@ -46,6 +50,7 @@ test-short: ## the tests without the race detector (faster)
 lint: ## gofmt, go vet and golangci-lint
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 	$(GO) run $(GOLANGCI) run ./...
 
 docs: ## regenerate the configuration table in README.md and docs/configuration.md
