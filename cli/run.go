@@ -119,6 +119,9 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		a.printf("plan %s is already DONE: every task is done or skipped, nothing to run ('whilly plan reset %s' starts it over)\n", pi.ID, pi.ID)
 		return nil
 	}
+	if pi.Total == 0 {
+		return failf("plan %s has no tasks yet: add some with 'whilly plan import FILE'", pi.ID)
+	}
 	if pi.Status != plan.PlanActive {
 		return failf("plan %s is %s, so nothing can run; 'whilly plan reset %s' starts it over", pi.ID, pi.Status, pi.ID)
 	}

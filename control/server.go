@@ -129,6 +129,7 @@ func (s *Server) routes() chi.Router {
 		r.With(s.auth(roleReader)).Get("/workers", s.listWorkers)
 		r.With(s.auth(roleWorker)).Post("/tasks/claim", s.claim)
 		r.With(s.auth(roleWorker)).Get("/tasks/outlook", s.outlook)
+		r.With(s.auth(roleWorker)).Get("/workers/me", s.workerMe)
 
 		r.Route("/plans", func(r chi.Router) {
 			r.With(s.auth(roleReader)).Get("/", s.listPlans)

@@ -535,8 +535,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	}
 	out := client.WorkerList{Workers: make([]client.Worker, 0, len(ws))}
 	for _, wk := range ws {
-		out.Workers = append(out.Workers, client.Worker{ID: wk.ID, Hostname: wk.Hostname, Labels: nonNil(wk.Labels),
-			Status: wk.Status, LastHeartbeat: wk.LastHeartbeat, RegisteredAt: wk.RegisteredAt, RevokedAt: wk.RevokedAt})
+		out.Workers = append(out.Workers, workerWire(wk))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -547,6 +546,17 @@ func checkKey(field, key string) error {
 		return errorf(http.StatusBadRequest, codeBadRequest, "Field %s must be a UUID.", field)
 	}
 	return nil
+}
+
+// workerMe answers who the worker token belongs to: a worker started with only its token
+// learns its id here.
+func (s *Server) workerMe(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, workerWire(*principalFrom(r.Context()).worker))
+}
+
+func workerWire(wk queue.Worker) client.Worker {
+	return client.Worker{ID: wk.ID, Hostname: wk.Hostname, Labels: nonNil(wk.Labels),
+		Status: wk.Status, LastHeartbeat: wk.LastHeartbeat, RegisteredAt: wk.RegisteredAt, RevokedAt: wk.RevokedAt}
 }
 
 // reasonClass maps a free-form failure reason to a bounded set of metric label values:

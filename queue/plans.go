@@ -113,6 +113,12 @@ const importBatch = 2000
 // work to do is ACTIVE again (plan.reopened). p is normalised (plan.Normalize) and must
 // then be valid (plan.Validate); nothing is written otherwise.
 func (s *Store) Import(ctx context.Context, p *plan.Plan, opts ImportOptions) (ImportResult, error) {
+	return s.importPlan(ctx, p, opts, true)
+}
+
+// importPlan is Import; settle false leaves the plan's status alone (CreatePlan: an empty
+// plan made to receive tasks is not DONE).
+func (s *Store) importPlan(ctx context.Context, p *plan.Plan, opts ImportOptions, settle bool) (ImportResult, error) {
 	var res ImportResult
 	s.normalize(p)
 	if err := plan.Validate(p); err != nil {
@@ -123,8 +129,10 @@ func (s *Store) Import(ctx context.Context, p *plan.Plan, opts ImportOptions) (I
 		if res, err = importTx(ctx, tx, p, opts); err != nil {
 			return err
 		}
-		if err := settleImport(ctx, tx, &res); err != nil {
-			return err
+		if settle {
+			if err := settleImport(ctx, tx, &res); err != nil {
+				return err
+			}
 		}
 		if !res.Changed() && !res.Reopened {
 			return nil
@@ -503,13 +511,13 @@ func skipRejected(ctx context.Context, tx pgx.Tx, planID string, ids []string) (
 	return n, nil
 }
 
-// CreatePlan creates an empty plan. An existing id is ErrConflict.
+// CreatePlan creates an empty ACTIVE plan, to receive tasks. An existing id is ErrConflict.
 func (s *Store) CreatePlan(ctx context.Context, id, name string, budget *plan.USD) (PlanInfo, error) {
 	p := &plan.Plan{ID: id, Name: name, Budget: budget}
 	if err := plan.Validate(p); err != nil {
 		return PlanInfo{}, err
 	}
-	res, err := s.Import(ctx, p, ImportOptions{})
+	res, err := s.importPlan(ctx, p, ImportOptions{}, false)
 	if err != nil {
 		return PlanInfo{}, err
 	}

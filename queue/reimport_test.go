@@ -30,6 +30,10 @@ func TestImportSettlesThePlanStatus(t *testing.T) {
 			t.Fatalf("plan %s is %s, want DONE", p.ID, pi.Status)
 		}
 	}
+	// An empty plan made to receive tasks is not DONE.
+	if pi, err := st.CreatePlan(ctx, "created", "created", nil); err != nil || pi.Status != plan.PlanActive {
+		t.Fatalf("created plan = %s, %v; want ACTIVE", pi.Status, err)
+	}
 	// A task added to the DONE plan runs: the plan is ACTIVE again and it is claimable.
 	more := &plan.Plan{ID: "finished", Name: "finished", Tasks: []plan.Task{done, skipped, goodTask("C", "A")}}
 	res, err := st.Import(ctx, more, queue.ImportOptions{})

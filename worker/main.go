@@ -150,7 +150,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		api, *workerID = api.WithToken(reg.Token), reg.WorkerID
 	}
 	if *workerID == "" {
-		return fail(2, "no worker id: set WHILLY_WORKER_ID (printed by 'whilly worker register')")
+		me, err := api.Me(ctx)
+		if err != nil {
+			return fail(2, "learn the worker id from the token at %s: %v", *connect, err)
+		}
+		*workerID = me.ID
 	}
 	w, err := New(api, ag, log, Config{
 		WorkerID: *workerID, PlanID: *planID, Model: *model, Once: *once, Drain: *drain,

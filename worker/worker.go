@@ -152,6 +152,9 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	// key is the claim's idempotency key, kept until the claim is answered: a claim whose
 	// answer was lost, retried with it, gets the task it claimed (not a second one).
 	key := newKey()
+	// planSeen: the control plane has known the plan (a claim was answered); until then a
+	// plan that does not exist is waited for. waitLogged says the wait was logged.
+	planSeen, waitLogged := false, false
 	for {
 		if ctx.Err() != nil {
 			if next != nil {
@@ -174,6 +177,18 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 				if ctx.Err() != nil {
 					return sum, ErrStopped
 				}
+				if client.IsNotFound(err) && w.cfg.PlanID != "" && !planSeen {
+					// Started before its plan was imported: wait for it (a plan that existed
+					// and is gone ends the worker below, like any refusal).
+					if !waitLogged {
+						w.log.InfoContext(ctx, "the plan does not exist yet; waiting for it", "plan_id", w.cfg.PlanID)
+						waitLogged = true
+					}
+					if !idle.wait(ctx) {
+						return sum, ErrStopped
+					}
+					continue
+				}
 				if fatal(err) {
 					return sum, fmt.Errorf("claim: %w", err)
 				}
@@ -184,6 +199,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 				continue
 			}
 			backoff.reset()
+			planSeen = true
 			if claim == nil {
 				w.removeEndedWorkspaces(ctx)
 				if w.cfg.Drain {

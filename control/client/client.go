@@ -495,3 +495,12 @@ func (c *Client) Outlook(ctx context.Context, planID string) (Outlook, error) {
 	}
 	return out, nil
 }
+
+// Me returns the worker the client's token belongs to (GET /v1/workers/me).
+func (c *Client) Me(ctx context.Context) (Worker, error) {
+	var out Worker
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, "/v1/workers/me", nil, nil, &out); err != nil {
+		return out, fmt.Errorf("ask who this worker is: %w", err)
+	}
+	return out, nil
+}

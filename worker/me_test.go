@@ -1,0 +1,62 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/whilly-go/whilly/worker"
+)
+
+// TestWorkerLearnsItsIDAndWaitsForItsPlan: whilly-worker given only a token learns its
+// id (GET /v1/workers/me), and started with --plan X before X exists it waits for X,
+// then drains it and exits 0.
+func TestWorkerLearnsItsIDAndWaitsForItsPlan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, token, err := e.st.RegisterWorker(context.Background(), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"WHILLY_CONTROL_URL": e.url, "WHILLY_WORKER_TOKEN": token, "WHILLY_SANDBOX": "none"}
+	var (
+		out    bytes.Buffer
+		errOut lockedBuffer
+		code   int
+		wg     sync.WaitGroup
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	wg.Go(func() {
+		code = worker.Main(ctx, []string{"--plan", "later", "--drain", "--agent", "sim"}, &out, &errOut, func(k string) string { return env[k] })
+	})
+	eventually(t, 30*time.Second, "the worker to wait for its plan", func() bool {
+		return strings.Contains(errOut.String(), "does not exist yet")
+	})
+	e.importTasks(t, "later", 2)
+	wg.Wait()
+	if code != 0 || !strings.Contains(out.String(), "tasks_done=2") {
+		t.Fatalf("exit %d, stdout %q, stderr %s; want both tasks done and exit 0", code, out.String(), errOut.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that the worker may write while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
