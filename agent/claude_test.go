@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 func usd(t testing.TB, s string) plan.USD {
@@ -249,5 +250,49 @@ func TestNoBudgetLeftDoesNotStart(t *testing.T) {
 		if err != nil || res.Reason != ReasonBudgetExceeded || res.Cost != 0 {
 			t.Errorf("%s: err %v reason %q cost %s", name, err, res.Reason, res.Cost)
 		}
+	}
+}
+
+// Inside the sandbox Claude Code gets a full shell (bypassPermissions); with the opt-out
+// or no box it keeps acceptEdits; an explicit mode (the planner's dontAsk) wins in both.
+func TestClaudePermissionModeFollowsTheSandbox(t *testing.T) {
+	t.Parallel()
+	sb, err := sandbox.New(sandbox.Config{Settings: sandbox.Settings{Mode: sandbox.ModeBwrap}})
+	if err != nil {
+		t.Skipf("bubblewrap is not installed: %v", err)
+	}
+	none, _ := sandbox.New(sandbox.Config{Settings: sandbox.Settings{Mode: sandbox.ModeNone}})
+	cases := []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Sandbox: sb}, "bypassPermissions"},
+		{Config{Sandbox: none}, "acceptEdits"},
+		{Config{}, "acceptEdits"},
+		{Config{Sandbox: sb, PermissionMode: QuestionPermissionMode}, QuestionPermissionMode},
+	}
+	for _, c := range cases {
+		if got := claudeArgs(c.cfg, Request{})[4]; got != c.want {
+			t.Errorf("sandbox %s, mode %q: --permission-mode %s, want %s", c.cfg.Sandbox.Mode(), c.cfg.PermissionMode, got, c.want)
+		}
+	}
+}
+
+// Claude Code's permission_denials reach the Result, bounded and redacted.
+func TestClaudePermissionDenials(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	line := `{"type":"result","subtype":"success","is_error":false,"result":"<promise>COMPLETE</promise>","total_cost_usd":0.01,` +
+		`"permission_denials":[{"tool_name":"Bash","tool_use_id":"t1","tool_input":{"command":"curl -H 'Authorization: Bearer ghp_abcdefghijklmnopqrstuvwxyz0123456789' x"}}]}`
+	cfg := testConfig()
+	cfg.ClaudeBin = fakeOutput(t, dir, "claude", writeFile(t, dir, "out", line), "", 0)
+	a, _ := New(NameClaude, cfg)
+	res, err := a.Run(testCtx(t), Request{Prompt: "p", WorkDir: dir})
+	if err != nil || !res.Succeeded() {
+		t.Fatalf("run: %v %q", err, res.Reason)
+	}
+	if len(res.PermissionDenials) != 1 || !strings.Contains(string(res.PermissionDenials[0]), `"tool_name":"Bash"`) ||
+		strings.Contains(string(res.PermissionDenials[0]), "ghp_abcdefghij") {
+		t.Errorf("permission denials = %s", res.PermissionDenials)
 	}
 }

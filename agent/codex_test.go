@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 // The argv below was checked against the real CLI, @openai/codex (`codex --version` →
@@ -131,5 +133,27 @@ func TestCodexHangIsKilledAtTimeout(t *testing.T) {
 	}
 	if res.SessionID != "01a228cd-283a-7f12-98ff-d3bdf786399e" || !strings.Contains(res.Excerpt, "Reconnecting") {
 		t.Errorf("session %q, excerpt %q: what was printed before the kill is kept", res.SessionID, res.Excerpt)
+	}
+}
+
+// Inside whilly's sandbox codex is told to bypass its own (a nested sandbox that breaks
+// apply_patch once bubblewrap is installed); outside it keeps workspace-write. The flag was
+// checked against the real CLI: `codex exec --help` of @openai/codex lists
+// --dangerously-bypass-approvals-and-sandbox ("intended solely for running in environments
+// that are externally sandboxed").
+func TestCodexArgvInTheSandbox(t *testing.T) {
+	t.Parallel()
+	sb, err := sandbox.New(sandbox.Config{Settings: sandbox.Settings{Mode: sandbox.ModeBwrap}})
+	if err != nil {
+		t.Skipf("bubblewrap is not installed: %v", err)
+	}
+	got := codexArgs(Config{Sandbox: sb}, Request{Model: "o3"})
+	want := []string{"exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-m", "o3", "-"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("codexArgs in the sandbox = %q, want %q", got, want)
+	}
+	none, _ := sandbox.New(sandbox.Config{Settings: sandbox.Settings{Mode: sandbox.ModeNone}})
+	if got := codexArgs(Config{Sandbox: none}, Request{}); !reflect.DeepEqual(got[3:5], []string{"-s", "workspace-write"}) {
+		t.Errorf("codexArgs with WHILLY_SANDBOX=none = %q, want -s workspace-write", got)
 	}
 }

@@ -160,8 +160,10 @@ func TestSandboxKillsEveryProcessOfTheAttempt(t *testing.T) {
 	run := func(sb *sandbox.Sandbox) (dir string, grew []string) {
 		dir = t.TempDir()
 		bin := t.TempDir()
-		t.Cleanup(func() { writeFile(t, dir, "stop", "") })
-		loop := `while [ ! -e "$0/stop" ]; do echo x >> "$0/$1"; sleep 0.05; done`
+		// The unboxed run leaves a daemon behind (that is the attack): stop it before the
+		// directory goes, and wait until it has.
+		t.Cleanup(func() { stopDaemons(t, dir) })
+		loop := `while [ -d "$0" ] && [ ! -e "$0/stop" ]; do echo x >> "$0/$1"; sleep 0.05; done`
 		cfg := testConfig()
 		cfg.Sandbox = sb
 		cfg.Command = writeScript(t, bin, "evil.sh", `
@@ -204,6 +206,29 @@ echo '{"result": "<promise>COMPLETE</promise>"}'
 	}
 	if _, grew := run(sb); len(grew) > 0 {
 		t.Errorf("in the box these daemons survived the attempt: %v", grew)
+	}
+}
+
+// stopDaemons tells the loops writing into dir to stop, and waits until no file there
+// grows any more (at most 5 s).
+func stopDaemons(t *testing.T, dir string) {
+	writeFile(t, dir, "stop", "")
+	total := func() int64 {
+		var n int64
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if fi, err := e.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		before := total()
+		time.Sleep(200 * time.Millisecond)
+		if total() == before {
+			return
+		}
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 // bins holds the paths of the binaries TestMain built.
@@ -34,7 +35,9 @@ var bins struct {
 
 // TestMain builds bin/whilly and bin/whilly-worker once for every test of the package.
 // The tests run the binaries exactly as an operator would.
+// It is also the init of the sandbox that sandbox.Check tries.
 func TestMain(m *testing.M) {
+	sandbox.HandleInit()
 	os.Exit(run(m))
 }
 
