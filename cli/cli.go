@@ -193,6 +193,7 @@ Exit codes: 0 success, 1 validation or operation error, 2 environment or configu
 		a.appCommand(),
 		a.benchCommand(),
 		a.eventsCommand(),
+		a.doctorCommand(),
 		a.versionCommand(),
 	)
 	return root
