@@ -201,7 +201,7 @@ func (a *app) newControlPlane(ctx context.Context, st *queue.Store) (*controlPla
 			srv.Mount(pattern, h)
 		}
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := srv.HTTPServer()
 	// Shutdown does not cancel requests in flight: end long-polls and streams at once.
 	hs.RegisterOnShutdown(srv.Drain)
 	return &controlPlane{store: st, srv: hs, done: make(chan error, 1), cancel: cancel,

@@ -24,6 +24,7 @@ const (
 	codeLeaseLost        = client.CodeLeaseLost
 	codeConflict         = client.CodeConflict
 	codeTooLarge         = client.CodeTooLarge
+	codeBodyTimeout      = client.CodeBodyTimeout
 	codeInvalidPlan      = client.CodeInvalidPlan
 	codeInternal         = client.CodeInternal
 	codeUnavailable      = client.CodeUnavailable
@@ -130,6 +131,11 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	return nil
 }
 
+// errBodyTimeout answers a request whose body did not arrive before its deadline.
+func errBodyTimeout() *httpError {
+	return errorf(http.StatusRequestTimeout, codeBodyTimeout, "The body did not arrive in time; send it again.")
+}
+
 func decodeError(err error, limit int64) *httpError {
 	var (
 		mbe *http.MaxBytesError
@@ -139,6 +145,8 @@ func decodeError(err error, limit int64) *httpError {
 	switch {
 	case errors.As(err, &mbe):
 		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "The body is larger than %d bytes.", limit)
+	case IsBodyTimeout(err):
+		return errBodyTimeout()
 	case errors.Is(err, io.EOF):
 		return errorf(http.StatusBadRequest, codeBadRequest, "The body is empty; a JSON object is expected.")
 	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF):

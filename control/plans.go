@@ -76,6 +76,9 @@ func (s *Server) importPlan(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "The plan file is larger than %d bytes.", s.cfg.MaxPlanBytes))
 			return
 		}
+		if IsBodyTimeout(err) {
+			err = errBodyTimeout()
+		}
 		s.writeError(w, r, err)
 		return
 	}

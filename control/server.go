@@ -40,6 +40,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxPlanBytes caps a plan file posted to /v1/plans; default 64 MiB.
 	MaxPlanBytes int64
+	// HeaderTimeout bounds the arrival of a request's line and headers; default 10 s.
+	HeaderTimeout time.Duration
+	// BodyTimeout bounds the arrival of a request's body, on every route and on handlers
+	// mounted (the webhook); default 30 s.
+	BodyTimeout time.Duration
 	// SSEHeartbeat is the interval of keep-alive comments on event streams; default 15 s.
 	SSEHeartbeat time.Duration
 	// Workspaces, when set, is asked for the workspace of every claim of a plan with a
@@ -61,12 +66,18 @@ func (c Config) withDefaults() Config {
 	if c.SSEHeartbeat <= 0 {
 		c.SSEHeartbeat = 15 * time.Second
 	}
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = 10 * time.Second
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 30 * time.Second
+	}
 	return c
 }
 
-// Server is the control-plane HTTP API. Serve it with an http.Server that sets
-// ReadHeaderTimeout; any WriteTimeout works, since long-polling claims push their write
-// deadline past their wait and event streams clear theirs.
+// Server is the control-plane HTTP API. Serve it with HTTPServer (or an http.Server that
+// sets ReadHeaderTimeout); any WriteTimeout works, since long-polling claims push their
+// write deadline past their wait and event streams clear theirs.
 type Server struct {
 	store    *queue.Store
 	listener *queue.Listener
@@ -110,7 +121,7 @@ func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(escapedRouting, s.recoverer, s.instrument)
+	r.Use(escapedRouting, s.recoverer, s.instrument, s.bodyDeadline)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusNotFound, codeNotFound, "There is no %s.", r.URL.EscapedPath()))
 	})

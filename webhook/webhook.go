@@ -5,7 +5,10 @@
 // job (package intake). A repeated delivery id is acknowledged and ignored; events whilly
 // does not handle are acknowledged and dropped.
 //
-// It imports queue and pgx only; it must not import intake, app, go-github, control or
+// Bodies in flight are bounded in bytes (Config.MaxInFlightBytes); their read deadline is
+// the server's (control.Server's BodyTimeout when mounted there).
+//
+// It imports queue, pgx and x/sync only; it must not import intake, app, go-github, control or
 // cli, and it never logs payloads or secrets.
 package webhook
 
@@ -21,12 +24,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/whilly-go/whilly/queue"
 )
@@ -44,6 +49,13 @@ type Config struct {
 	MaxBytes int64
 	// Timeout bounds storing a delivery; default 10 s.
 	Timeout time.Duration
+	// MaxInFlightBytes bounds the bytes of bodies being read and stored at once; a
+	// delivery that finds no room within QueueWait is answered 503 (the reconciler has
+	// GitHub redeliver it). Default twice MaxBytes. Each delivery counts its
+	// Content-Length, or MaxBytes when it sends none.
+	MaxInFlightBytes int64
+	// QueueWait is how long a delivery waits for room; default 5 s.
+	QueueWait time.Duration
 }
 
 // Enqueue inserts the delivery's job inside the transaction that stores it.
@@ -56,6 +68,9 @@ type Handler struct {
 	log     *slog.Logger
 	cfg     Config
 	events  map[string]bool
+	// inFlight holds MaxInFlightBytes: slow or large bodies cannot add up to more memory
+	// than that, however many connections send them.
+	inFlight *semaphore.Weighted
 
 	badSig struct {
 		sync.Mutex
@@ -85,7 +100,13 @@ func New(store *queue.Store, enqueue Enqueue, log *slog.Logger, cfg Config) (*Ha
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	h := &Handler{store: store, enqueue: enqueue, log: log, cfg: cfg, events: map[string]bool{}}
+	if cfg.MaxInFlightBytes < cfg.MaxBytes {
+		cfg.MaxInFlightBytes = 2 * cfg.MaxBytes
+	}
+	if cfg.QueueWait <= 0 {
+		cfg.QueueWait = 5 * time.Second
+	}
+	h := &Handler{store: store, enqueue: enqueue, log: log, cfg: cfg, events: map[string]bool{}, inFlight: semaphore.NewWeighted(cfg.MaxInFlightBytes)}
 	for _, e := range cfg.Events {
 		h.events[e] = true
 	}
@@ -108,14 +129,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusRequestEntityTooLarge, Outcome{"too_large", "The body is larger than the limit."})
 		return
 	}
+	weight := h.cfg.MaxBytes
+	if r.ContentLength >= 0 {
+		weight = max(r.ContentLength, 1)
+	}
+	wait, cancel := context.WithTimeout(r.Context(), h.cfg.QueueWait)
+	err := h.inFlight.Acquire(wait, weight)
+	cancel()
+	if err != nil {
+		w.Header().Set("Retry-After", "10")
+		reply(w, http.StatusServiceUnavailable, Outcome{"busy", "Too many deliveries are being received at once; it will be redelivered."})
+		return
+	}
+	defer h.inFlight.Release(weight)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			reply(w, http.StatusRequestEntityTooLarge, Outcome{"too_large", "The body is larger than the limit."})
-			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			reply(w, http.StatusRequestTimeout, Outcome{"body_timeout", "The body did not arrive in time."})
+		default:
+			reply(w, http.StatusBadRequest, Outcome{"bad_request", "The body could not be read."})
 		}
-		reply(w, http.StatusBadRequest, Outcome{"bad_request", "The body could not be read."})
 		return
 	}
 	if !h.verify(r.Header.Get("X-Hub-Signature-256"), body) {

@@ -369,6 +369,7 @@ const (
 	CodeLeaseLost        = "lease_lost"         // 409: the lease is not the task's current one
 	CodeConflict         = "conflict"           // 409: the state does not allow the change
 	CodeTooLarge         = "body_too_large"     // 413
+	CodeBodyTimeout      = "body_timeout"       // 408: the body did not arrive in time
 	CodeInvalidPlan      = "invalid_plan"       // 422: plan validation problems, one per line
 	CodeInternal         = "internal"           // 500: the cause is in the server's log
 	CodeUnavailable      = "unavailable"        // 503
