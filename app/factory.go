@@ -36,6 +36,9 @@ type Config struct {
 	Timeout time.Duration
 	// Transport, when set, replaces the shared HTTP transport (tests).
 	Transport http.RoundTripper
+	// Metrics, when set, counts the API requests and keeps the rate limit left, by
+	// installation.
+	Metrics *Metrics
 }
 
 // Factory hands out GitHub clients: one per installation, cached with its
@@ -117,8 +120,8 @@ func (f *Factory) appsTransport() *ghinstallation.AppsTransport {
 	return atr
 }
 
-func (f *Factory) newGitHub(rt http.RoundTripper) *github.Client {
-	gh := github.NewClient(&http.Client{Transport: rt, Timeout: f.cfg.Timeout})
+func (f *Factory) newGitHub(rt http.RoundTripper, installation string) *github.Client {
+	gh := github.NewClient(&http.Client{Transport: f.cfg.Metrics.transport(rt, installation), Timeout: f.cfg.Timeout})
 	gh.BaseURL = f.base
 	gh.UserAgent = "whilly"
 	return gh
@@ -134,14 +137,14 @@ func (f *Factory) Installation(_ context.Context, id int64) (Client, error) {
 	var c *ghClient
 	switch {
 	case id == 0 && f.cfg.Token != "":
-		c = &ghClient{gh: f.newGitHub(f.tr).WithAuthToken(f.cfg.Token), graphQL: f.GraphQLURL()}
+		c = &ghClient{gh: f.newGitHub(f.tr, installationLabel(0)).WithAuthToken(f.cfg.Token), graphQL: f.GraphQLURL()}
 	case id == 0:
 		return nil, errors.New("no installation is known for this repository and WHILLY_GITHUB_TOKEN is not set")
 	case f.key == nil:
 		return nil, fmt.Errorf("installation %d: %w", id, ErrNoApp)
 	default:
 		itr := ghinstallation.NewFromAppsTransport(f.appsTransport(), id)
-		c = &ghClient{gh: f.newGitHub(itr), graphQL: f.GraphQLURL()}
+		c = &ghClient{gh: f.newGitHub(itr, installationLabel(id)), graphQL: f.GraphQLURL()}
 	}
 	f.clients[id] = c
 	return c, nil
@@ -195,7 +198,7 @@ func (f *Factory) App(_ context.Context) (AppClient, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.app == nil {
-		f.app = &ghApp{gh: f.newGitHub(f.appsTransport())}
+		f.app = &ghApp{gh: f.newGitHub(f.appsTransport(), "app")}
 	}
 	return f.app, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -41,6 +42,8 @@ type githubEnv struct {
 	// pullInterval (WHILLY_GITHUB_PULL_INTERVAL) instead of waiting for POST /webhook.
 	pull         bool
 	pullInterval time.Duration
+	// metrics, when set, counts the factory's API requests (the control plane's /metrics).
+	metrics *ghapp.Metrics
 }
 
 // readGitHubEnv reads WHILLY_GITHUB_*. app reports whether the App is configured
@@ -93,7 +96,7 @@ func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
 }
 
 func (env githubEnv) factory(hasApp bool) (*ghapp.Factory, error) {
-	cfg := ghapp.Config{Token: env.token, APIURL: env.apiURL}
+	cfg := ghapp.Config{Token: env.token, APIURL: env.apiURL, Metrics: env.metrics}
 	if hasApp {
 		cfg.AppID, cfg.PrivateKey = env.appID, env.key
 	}
@@ -202,6 +205,7 @@ func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, e
 	if len(env.secret) == 0 {
 		return nil, envf("WHILLY_GITHUB_APP_ID is set but WHILLY_GITHUB_WEBHOOK_SECRET is not: the webhook refuses unsigned deliveries")
 	}
+	env.metrics = ghapp.NewMetrics()
 	parts, err := a.githubParts(st, env, hasApp)
 	if err != nil {
 		return nil, err
@@ -252,6 +256,7 @@ func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, e
 		},
 		routes:     map[string]http.Handler{"/webhook": hook},
 		workspaces: ws.Workspace,
+		collectors: []prometheus.Collector{env.metrics},
 	}, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
 
@@ -104,6 +105,8 @@ type extension struct {
 	routes map[string]http.Handler
 	// workspaces gives claims of repository plans their workspace (the GitHub App).
 	workspaces control.WorkspaceProvider
+	// collectors are the extension's metrics, served on /metrics.
+	collectors []prometheus.Collector
 }
 
 // extensions returns the capabilities configured in the environment. st is the hooked
@@ -199,6 +202,12 @@ func (a *app) newControlPlane(ctx context.Context, st *queue.Store) (*controlPla
 	for _, e := range exts {
 		for pattern, h := range e.routes {
 			srv.Mount(pattern, h)
+		}
+		for _, c := range e.collectors {
+			if err := srv.Registry().Register(c); err != nil {
+				cancel()
+				return nil, fmt.Errorf("register metrics: %w", err)
+			}
 		}
 	}
 	hs := srv.HTTPServer()

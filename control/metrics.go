@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -22,6 +23,10 @@ import (
 
 // metrics are the server's Prometheus metrics, in a registry of its own (never the
 // global one), so several servers can live in one process (tests).
+//
+// Labels never carry a plan id or a repository name (they may be private) unless
+// WHILLY_METRICS_TOKEN guards /metrics: then the per-plan series (ready tasks and budget
+// left by plan) are exported too. Installation ids are numbers GitHub assigns, not names.
 type metrics struct {
 	reg         *prometheus.Registry
 	claims      prometheus.Counter
@@ -30,13 +35,46 @@ type metrics struct {
 	claimWait   *prometheus.HistogramVec
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
+	attempts    *prometheus.CounterVec   // by outcome
+	attemptDur  *prometheus.HistogramVec // by outcome, as the worker measured it
+	spend       *prometheus.CounterVec   // USD by installation
 
-	readyDesc, onlineDesc, budgetDesc, listenerDesc *prometheus.Desc
+	perPlan bool // plan ids may be labels (the metrics token is set)
+	// installations caches plan → installation label for spend; plans never change it.
+	installations sync.Map
+
+	readyDesc, readyTotalDesc, onlineDesc, budgetDesc, listenerDesc, tasksDesc, jobsDesc *prometheus.Desc
 }
+
+// Outcomes of whilly_attempts_total: COMPLETE, a FAIL that retries, a FAIL that ends the
+// task, and a RELEASE (the worker handed the task back without an outcome).
+const (
+	outcomeDone     = "done"
+	outcomeRetry    = "retry"
+	outcomeFailed   = "failed"
+	outcomeReleased = "released"
+)
+
+// maxAttemptSeconds bounds a reported attempt duration: the worker's figure is trusted
+// for a metric, not for an unbounded one.
+const maxAttemptSeconds = 7 * 24 * 3600
 
 func newMetrics(s *Server) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg:     prometheus.NewRegistry(),
+		perPlan: s.cfg.MetricsToken != "",
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whilly_attempts_total", Help: "Attempts that ended, by outcome (done, retry, failed, released).",
+		}, []string{"outcome"}),
+		attemptDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "whilly_attempt_duration_seconds",
+			Help:    "How long attempts ran on their worker (agent, verification and publishing), by outcome.",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200},
+		}, []string{"outcome"}),
+		spend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "whilly_spend_usd_total",
+			Help: "USD charged by attempts, by GitHub App installation id (none: plans not from GitHub).",
+		}, []string{"installation"}),
 		claims: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "whilly_claims_total", Help: "Tasks handed out to workers.",
 		}),
@@ -60,6 +98,12 @@ func newMetrics(s *Server) *metrics {
 		}, []string{"route", "method"}),
 		readyDesc: prometheus.NewDesc("whilly_ready_tasks",
 			"Claimable tasks per active plan (worker labels aside).", []string{"plan"}, nil),
+		readyTotalDesc: prometheus.NewDesc("whilly_ready_tasks",
+			"Claimable tasks in active plans (worker labels aside); by plan when WHILLY_METRICS_TOKEN is set.", nil, nil),
+		tasksDesc: prometheus.NewDesc("whilly_tasks",
+			"Tasks by state, over every plan.", []string{"state"}, nil),
+		jobsDesc: prometheus.NewDesc("whilly_river_jobs",
+			"Background (River) jobs waiting or running, by queue and state.", []string{"queue", "state"}, nil),
 		onlineDesc: prometheus.NewDesc("whilly_workers_online",
 			"Workers whose status is online.", nil, nil),
 		budgetDesc: prometheus.NewDesc("whilly_budget_remaining_usd",
@@ -67,13 +111,48 @@ func newMetrics(s *Server) *metrics {
 		listenerDesc: prometheus.NewDesc("whilly_listener_up",
 			"1 when the LISTEN connection is up.", nil, nil),
 	}
-	m.reg.MustRegister(m.claims, m.completions, m.failures, m.claimWait, m.requests, m.duration,
+	m.reg.MustRegister(m.claims, m.completions, m.failures, m.claimWait, m.requests, m.duration, m.attempts, m.attemptDur, m.spend,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo(version.Get()))
 	for _, c := range reasonClasses() {
 		m.failures.WithLabelValues(c) // export zeros, so rates work from the first failure
 	}
+	for _, o := range []string{outcomeDone, outcomeRetry, outcomeFailed, outcomeReleased} {
+		m.attempts.WithLabelValues(o)
+	}
 	return m
+}
+
+// attemptEnded counts an attempt of task t (its state after the transition) that ended
+// with outcome, charged cost, and ran for durationMS on its worker (0: not reported).
+func (s *Server) attemptEnded(ctx context.Context, t queue.TaskInfo, outcome string, cost plan.USD, durationMS int64) {
+	m := s.metrics
+	m.attempts.WithLabelValues(outcome).Inc()
+	if durationMS > 0 {
+		m.attemptDur.WithLabelValues(outcome).Observe(min(float64(durationMS)/1000, maxAttemptSeconds))
+	}
+	if cost > 0 {
+		m.spend.WithLabelValues(s.installationLabel(ctx, t.PlanID)).Add(cost.Float64())
+	}
+}
+
+// installationLabel is the installation id of planID as a label, "none" for a plan not
+// from GitHub, and "unknown" when the store cannot say (it is asked again next time).
+func (s *Server) installationLabel(ctx context.Context, planID string) string {
+	if v, ok := s.metrics.installations.Load(planID); ok {
+		return v.(string)
+	}
+	inst, err := s.store.PlanInstallation(ctx, planID)
+	if err != nil {
+		s.log.WarnContext(ctx, "metrics: read the plan's installation", "plan_id", planID, "error", err)
+		return "unknown"
+	}
+	label := "none"
+	if inst != 0 {
+		label = strconv.FormatInt(inst, 10)
+	}
+	s.metrics.installations.Store(planID, label)
+	return label
 }
 
 // buildInfo is the constant whilly_build_info gauge: 1, labelled with the build, so
@@ -121,8 +200,29 @@ func (s *Server) storeGauges(ctx context.Context) (gauges, error) {
 	if err != nil {
 		return nil, err
 	}
+	total := 0
 	for planID, n := range ready {
-		out = append(out, prometheus.MustNewConstMetric(m.readyDesc, prometheus.GaugeValue, float64(n), planID))
+		total += n
+		if m.perPlan {
+			out = append(out, prometheus.MustNewConstMetric(m.readyDesc, prometheus.GaugeValue, float64(n), planID))
+		}
+	}
+	if !m.perPlan {
+		out = append(out, prometheus.MustNewConstMetric(m.readyTotalDesc, prometheus.GaugeValue, float64(total)))
+	}
+	counts, err := s.store.TaskStatusCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range plan.Statuses() {
+		out = append(out, prometheus.MustNewConstMetric(m.tasksDesc, prometheus.GaugeValue, float64(counts[st]), string(st)))
+	}
+	jobs, err := s.store.JobCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		out = append(out, prometheus.MustNewConstMetric(m.jobsDesc, prometheus.GaugeValue, float64(j.N), j.Queue, j.State))
 	}
 	workers, err := s.store.ListWorkers(ctx)
 	if err != nil {
@@ -136,6 +236,9 @@ func (s *Server) storeGauges(ctx context.Context) (gauges, error) {
 	}
 	out = append(out, prometheus.MustNewConstMetric(m.onlineDesc, prometheus.GaugeValue, float64(online)))
 	for _, st := range []plan.PlanStatus{plan.PlanActive, plan.PlanPaused} {
+		if !m.perPlan {
+			break
+		}
 		for after := ""; ; {
 			plans, next, err := s.store.ListPlans(ctx, queue.PlanPage{After: after, Limit: 500, Status: st})
 			if err != nil {

@@ -14,7 +14,7 @@ import (
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{control: control.Config{MetricsToken: "metrics-token"}})
 	ctx := context.Background()
 	e.importPlan(`{"plan_id": "m/1", "project": "Metrics", "budget_usd": 2.5, "tasks": [
 		{"id": "A", "priority": "high", "description": "first task of the metrics plan"},
@@ -25,7 +25,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil || c1 == nil {
 		t.Fatal(c1, err)
 	}
-	if _, err := w.Complete(ctx, c1.Task.PlanID, c1.Task.ID, client.CompleteRequest{LeaseID: c1.Lease.ID, CostUSD: 250_000}); err != nil {
+	if _, err := w.Complete(ctx, c1.Task.PlanID, c1.Task.ID, client.CompleteRequest{LeaseID: c1.Lease.ID, CostUSD: 250_000, DurationMS: 90_000}); err != nil {
 		t.Fatal(err)
 	}
 	c2, err := w.Claim(ctx, client.ClaimRequest{})
@@ -33,14 +33,17 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(c2, err)
 	}
 	no := false
-	if _, err := w.Fail(ctx, c2.Task.PlanID, c2.Task.ID, client.FailRequest{LeaseID: c2.Lease.ID, Reason: "exit_code: 2", Retryable: &no}); err != nil {
+	if _, err := w.Fail(ctx, c2.Task.PlanID, c2.Task.ID, client.FailRequest{LeaseID: c2.Lease.ID, Reason: "exit_code: 2", Retryable: &no, DurationMS: 2_000}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := w.Claim(ctx, client.ClaimRequest{PlanID: "m/1", WaitSeconds: 0}); err != nil || c == nil {
 		t.Fatal(c, err) // C, now that A is done; leaves nothing ready
 	}
 
-	status, body := e.do("GET", "/metrics", "", nil)
+	if status, _ := e.do("GET", "/metrics", "", nil); status != 401 {
+		t.Errorf("/metrics without its token: %d, want 401", status)
+	}
+	status, body := e.do("GET", "/metrics", "metrics-token", nil)
 	if status != 200 {
 		t.Fatalf("/metrics: %d %s", status, body)
 	}
@@ -56,6 +59,17 @@ func TestMetrics(t *testing.T) {
 		`whilly_http_requests_total{code="200",method="POST",route="/v1/tasks/claim"} 3`,
 		`whilly_http_requests_total{code="200",method="POST",route="/v1/plans/{plan}/tasks/{task}/complete"} 1`,
 		"whilly_listener_up 1",
+		`whilly_attempts_total{outcome="done"} 1`,
+		`whilly_attempts_total{outcome="failed"} 1`,
+		`whilly_attempts_total{outcome="retry"} 0`,
+		`whilly_attempt_duration_seconds_bucket{outcome="done",le="60"} 0`,
+		`whilly_attempt_duration_seconds_bucket{outcome="done",le="120"} 1`,
+		`whilly_attempt_duration_seconds_sum{outcome="failed"} 2`,
+		`whilly_spend_usd_total{installation="none"} 0.25`,
+		`whilly_tasks{state="DONE"} 1`,
+		`whilly_tasks{state="FAILED"} 1`,
+		`whilly_tasks{state="CLAIMED"} 1`,
+		`whilly_tasks{state="PENDING"} 0`,
 		"go_goroutines",
 	} {
 		if !strings.Contains(body, want+"\n") && !strings.Contains(body, want+" ") {
@@ -94,5 +108,52 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 	if err := c.Readyz(context.Background()); client.StatusOf(err) != 503 {
 		t.Errorf("readyz without a listener: %v, want 503", err)
+	}
+}
+
+// Without WHILLY_METRICS_TOKEN, /metrics is open: no label names a plan (plan ids and
+// names, and through them repositories, may be private). Spend is by installation id,
+// background jobs by queue.
+func TestMetricsWithoutTokenNameNoPlan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	e.importPlan(`{"plan_id": "acme-secret-launch", "project": "Acme secret launch", "budget_usd": 5, "tasks": [
+		{"id": "A", "priority": "high", "description": "first task of the secret plan"},
+		{"id": "B", "priority": "high", "description": "second task of the secret plan"},
+		{"id": "C", "priority": "low", "description": "third task of the secret plan"}]}`)
+	if _, err := e.pool.Exec(ctx, `UPDATE plans SET installation_id = 4242, repo = 'acme/secret-repo' WHERE id = 'acme-secret-launch'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `INSERT INTO river_job (kind, args, max_attempts, queue) VALUES ('metrics_test', '{}', 1, 'github')`); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := e.worker()
+	c, err := w.Claim(ctx, client.ClaimRequest{})
+	if err != nil || c == nil {
+		t.Fatal(c, err)
+	}
+	if _, err := w.Fail(ctx, c.Task.PlanID, c.Task.ID, client.FailRequest{LeaseID: c.Lease.ID, CostUSD: 1_500_000, Reason: "timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	status, body := e.do("GET", "/metrics", "", nil)
+	if status != 200 {
+		t.Fatalf("/metrics: %d %s", status, body)
+	}
+	for _, want := range []string{
+		"whilly_ready_tasks 2", // B and C; A waits out its backoff
+		`whilly_attempts_total{outcome="retry"} 1`,
+		`whilly_spend_usd_total{installation="4242"} 1.5`,
+		`whilly_tasks{state="PENDING"} 3`,
+		`whilly_river_jobs{queue="github",state="available"} 1`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	for _, leak := range []string{"acme", "secret", `plan="`, "whilly_budget_remaining_usd{"} {
+		if strings.Contains(body, leak) {
+			t.Errorf("/metrics without a token carries %q", leak)
+		}
 	}
 }

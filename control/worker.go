@@ -446,6 +446,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.completions.Inc()
+	s.attemptEnded(r.Context(), t, outcomeDone, req.CostUSD, req.DurationMS)
 	out := client.CompleteResponse{Task: taskWire(t)}
 	if next != nil {
 		// A next claim that cannot be delivered is released; the worker claims as usual.
@@ -483,6 +484,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) {
 	t, err := s.store.Fail(r.Context(), l, queue.FailInput{Cost: req.CostUSD, Reason: req.Reason, Retryable: req.Retryable, Detail: req.Detail})
 	if err == nil {
 		s.metrics.failures.WithLabelValues(reasonClass(req.Reason)).Inc()
+		outcome := outcomeFailed
+		if t.Status == plan.StatusPending {
+			outcome = outcomeRetry
+		}
+		s.attemptEnded(r.Context(), t, outcome, req.CostUSD, req.DurationMS)
 	}
 	s.answerTask(w, r, t, err)
 }
@@ -497,6 +503,9 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := s.store.Release(r.Context(), l, req.Reason)
+	if err == nil {
+		s.attemptEnded(r.Context(), t, outcomeReleased, 0, 0)
+	}
 	s.answerTask(w, r, t, err)
 }
 

@@ -352,7 +352,9 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	var hb sync.WaitGroup
 	hb.Go(func() { w.heartbeat(runCtx, cancelRun, c, lc) })
 
+	begin := time.Now()
 	r := w.work(runCtx, log, c)
+	ran := time.Since(begin).Milliseconds()
 	cancelRun(nil)
 	hb.Wait()
 	out.Cost = r.res.Cost
@@ -376,7 +378,7 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	}
 	if r.fail == nil && r.runErr == nil && r.res.Succeeded() {
 		req := client.CompleteRequest{LeaseID: c.Lease.ID, CostUSD: r.res.Cost, Result: bounded(r.res.Text, 4096),
-			HeadSHA: r.pub.HeadSHA, NoChanges: r.pub.NoChanges}
+			HeadSHA: r.pub.HeadSHA, NoChanges: r.pub.NoChanges, DurationMS: ran}
 		if wantNext {
 			// The next task comes back with the completion: one round trip fewer.
 			req.ClaimNext = &client.NextClaim{PlanID: w.cfg.PlanID, IdempotencyKey: newKey()}
@@ -398,7 +400,7 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 		fail = &f
 	}
 	out.Reason = fail.Reason
-	fail.LeaseID, fail.CostUSD = c.Lease.ID, r.res.Cost
+	fail.LeaseID, fail.CostUSD, fail.DurationMS = c.Lease.ID, r.res.Cost, ran
 	if err := w.report(ctx, log, lc, "fail", func(ctx context.Context) error {
 		_, err := w.api.Fail(ctx, t.PlanID, t.ID, *fail)
 		return err

@@ -183,6 +183,8 @@ type CompleteRequest struct {
 	HeadSHA   string     `json:"head_sha,omitempty"`
 	NoChanges bool       `json:"no_changes,omitempty"`
 	ClaimNext *NextClaim `json:"claim_next,omitempty"`
+	// DurationMS is how long the attempt ran on the worker: the attempt duration metric.
+	DurationMS int64 `json:"duration_ms,omitempty"`
 }
 
 // NextClaim is the claim a COMPLETE asks for: of one plan, or of any when PlanID is empty.
@@ -229,6 +231,8 @@ type FailRequest struct {
 	Reason    string          `json:"reason"`
 	Retryable *bool           `json:"retryable,omitempty"`
 	Detail    json.RawMessage `json:"detail,omitempty"`
+	// DurationMS is how long the attempt ran on the worker: the attempt duration metric.
+	DurationMS int64 `json:"duration_ms,omitempty"`
 }
 
 // TaskEventRequest appends a progress or log event (types agent.*, progress.*, log.*)

@@ -52,6 +52,7 @@ type GitHub struct {
 	redelivered   []int64
 	routes        []fakeRoute
 	tokenTTL      time.Duration
+	rateUsed      map[int64]int // requests per installation, for X-RateLimit-Remaining
 	tokenRequests []TokenRequest
 	gitRoot       string // bare repositories: <gitRoot>/<owner>/<name>.git
 	gitBackend    string // git-http-backend
@@ -185,6 +186,7 @@ func NewGitHub(t testing.TB) *GitHub {
 		installations: map[int64][]string{},
 		tokens:        map[string]fakeToken{},
 		nextID:        1000,
+		rateUsed:      map[int64]int{},
 		tokenTTL:      time.Hour,
 	}
 	g.routes = g.routeTable()
@@ -444,7 +446,19 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		rec.Status = writeJSON(w, f.Status, map[string]string{"message": fmt.Sprintf("injected HTTP %d", f.Status)})
 		return
 	}
+	// Like GitHub, every answer says how many requests the hour has left (5000 a token).
+	w.Header().Set("X-RateLimit-Resource", "core")
+	w.Header().Set("X-RateLimit-Remaining", strconv.Itoa(g.spendRate(inst)))
 	rec.Status = route.h(w, r, inst, m)
+}
+
+// spendRate counts a request against installation inst's hourly budget and returns what
+// is left.
+func (g *GitHub) spendRate(inst int64) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rateUsed[inst]++
+	return max(5000-g.rateUsed[inst], 0)
 }
 
 func (g *GitHub) fault(method, path string) *Fault {
