@@ -58,10 +58,11 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 // it starts from now. Each frame is "id: <event id>", "event: <type>", "data: <event JSON>".
 //
 // Event ids are handed out before commit, so a transaction may commit ids lower than one
-// already streamed. Its notification still arrives after its commit and names its id
-// range; the part of that range at or below the cursor is read again and the events not
-// sent yet are sent then (so ids may arrive out of order, never twice while they are
-// within the last 65,536 ids of the stream).
+// already committed. The stream sends events only up to the first id a transaction in
+// flight may still commit (queue.Store.EventPage), so ids arrive in order and a reconnect
+// with Last-Event-ID misses nothing. Should a notification still name ids at or below the
+// cursor (a stream that began before an upgrade), that range is read again and the events
+// not sent yet are sent then.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
@@ -118,12 +119,22 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 	// While the LISTEN connection is down no notification comes: poll instead.
 	degraded := time.NewTicker(degradedPoll)
 	defer degraded.Stop()
+	recheck := time.NewTicker(heldRecheck)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.draining:
 			return
+		case <-recheck.C:
+			if !st.held {
+				continue
+			}
+			if err := st.catchUp(ctx); err != nil {
+				st.end(ctx, err)
+				return
+			}
 		case <-degraded.C:
 			if s.listener.Ready() {
 				continue
@@ -169,6 +180,7 @@ type sseStream struct {
 	start  int64     // the stream begins after this id
 	cursor int64     // the highest id sent, or start
 	sent   *idWindow // which recent ids were sent
+	held   bool      // the last catch-up stopped before an id still in flight
 }
 
 // idRange is a range of event ids of one plan ("" for any).
@@ -205,14 +217,16 @@ func (st *sseStream) late(ranges []idRange, n queue.Notification) []idRange {
 	return append(ranges, idRange{planID: planID, lo: lo, hi: hi})
 }
 
-// catchUp sends every event after the cursor, page by page.
+// catchUp sends every event after the cursor, page by page, up to the first id a
+// transaction in flight may still commit; st.held says events were held back there.
 func (st *sseStream) catchUp(ctx context.Context) error {
 	for {
-		evs, err := st.s.store.Events(ctx, queue.EventFilter{PlanID: st.planID, After: st.cursor, Limit: eventPage})
+		page, err := st.s.store.EventPage(ctx, queue.EventFilter{PlanID: st.planID, After: st.cursor, Limit: eventPage})
 		if err != nil {
 			return err
 		}
-		for _, e := range evs {
+		st.held = page.Held
+		for _, e := range page.Events {
 			if err := st.send(e); err != nil {
 				return err
 			}
@@ -220,11 +234,15 @@ func (st *sseStream) catchUp(ctx context.Context) error {
 		if err := st.flush(); err != nil {
 			return err
 		}
-		if len(evs) < eventPage {
+		if len(page.Events) < eventPage {
 			return nil
 		}
 	}
 }
+
+// heldRecheck is how soon a stream whose events were held back behind a transaction in
+// flight looks again: that transaction may end by rolling back, which notifies nobody.
+const heldRecheck = 250 * time.Millisecond
 
 // sendLate reads the late ranges again and sends the events not sent yet.
 func (st *sseStream) sendLate(ctx context.Context, ranges []idRange) error {

@@ -99,8 +99,9 @@ func TestStreamWithoutLastEventIDStartsLive(t *testing.T) {
 	}
 }
 
-// Event ids are taken before commit: an event committed after a higher id was streamed is
-// still delivered.
+// Event ids are taken before commit: while a transaction holds an event open, later ids
+// are held back (a reconnect with Last-Event-ID would skip the open one for good); once it
+// commits, both arrive, in id order. GET /v1/events?after= does the same.
 func TestStreamDeliversLateCommits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
@@ -118,16 +119,31 @@ func TestStreamDeliversLateCommits(t *testing.T) {
 	if err := e.pool.QueryRow(ctx, `INSERT INTO events (plan_id, type) VALUES ('late', 'log.later') RETURNING id`).Scan(&later); err != nil {
 		t.Fatal(err)
 	}
-	if got := nextEvent(t, ch); got.ID != later {
-		t.Fatalf("first event = %+v, want %d", got, later)
+	list, err := e.client(e.read).ListEvents(ctx, client.EventQuery{PlanID: "late"})
+	if err != nil || len(list.Events) != 0 || list.NextAfter != 0 {
+		t.Fatalf("GET /v1/events while %d is open = %+v, %v; want nothing yet", early, list, err)
+	}
+	select {
+	case ev := <-ch:
+		t.Fatalf("streamed %+v while event %d was still open", ev, early)
+	case <-time.After(2 * heldRecheckForTests):
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := nextEvent(t, ch); got.ID != early || got.Type != "log.early" {
-		t.Errorf("late commit: got %+v, want event %d", got, early)
+	for _, want := range []int64{early, later} {
+		if got := nextEvent(t, ch); got.ID != want {
+			t.Errorf("after the commit: got %+v, want event %d", got, want)
+		}
+	}
+	list, err = e.client(e.read).ListEvents(ctx, client.EventQuery{PlanID: "late"})
+	if err != nil || len(list.Events) != 2 || list.Events[0].ID != early || list.NextAfter != later {
+		t.Errorf("GET /v1/events after the commit = %+v, %v; want %d and %d", list, err, early, later)
 	}
 }
+
+// heldRecheckForTests is how long a stream takes at most to look again at held events.
+const heldRecheckForTests = 250 * time.Millisecond
 
 // The frames on the wire: id, event and data lines, keep-alive comments, ?after= replay.
 func TestStreamWireFormat(t *testing.T) {

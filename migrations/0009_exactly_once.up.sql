@@ -5,21 +5,22 @@
 -- report was never accepted.
 ALTER TABLE tasks ADD COLUMN ended_lease_id uuid;
 
--- Event cursors must never pass over an event whose transaction commits late. An event's
--- id is taken after its transaction has an xid (whilly_event_id), and horizon records the
--- first xid not yet assigned when the row was written. A missing id below an event k can
--- only belong to a transaction whose xid is below k's horizon: when the oldest
--- transaction still running (pg_snapshot_xmin) is at or above k's horizon, every id below
--- k is settled (committed and visible, or rolled back for good). Readers hand out ids only
--- below the first gap that is not settled (queue.Store.EventPage).
+-- Event cursors must never pass over an event whose transaction commits late. Before a
+-- transaction takes its first event id, it announces a floor under every id it will take:
+-- a shared advisory lock (held until it ends) whose 64-bit key is the sequence's next
+-- value. Readers hand out only ids below the lowest floor announced by a transaction in
+-- flight (queue.unsettledSQL reads them from pg_locks). The floor is announced before the
+-- id is drawn, so a reader that does not see it yet cannot have seen a later id either.
+-- This needs the sequence's CACHE at 1 (bigserial's default): ids drawn in time order.
 CREATE FUNCTION whilly_event_id() RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_current_xact_id();
+    IF coalesce(current_setting('whilly.event_floor', true), '') = '' THEN
+        PERFORM pg_advisory_xact_lock_shared(
+            (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM events_id_seq));
+        PERFORM set_config('whilly.event_floor', 'on', true);
+    END IF;
     RETURN nextval('events_id_seq');
 END;
 $$;
 ALTER TABLE events ALTER COLUMN id SET DEFAULT whilly_event_id();
--- Rows written before this migration have none: they are settled.
-ALTER TABLE events ADD COLUMN horizon xid8;
-ALTER TABLE events ALTER COLUMN horizon SET DEFAULT pg_snapshot_xmax(pg_current_snapshot());

@@ -279,10 +279,11 @@ func (s *Store) LatestEventID(ctx context.Context, planID string) (int64, error)
 	// Two statements, so that each one can read its index backwards instead of scanning.
 	var id int64
 	var err error
+	// Not past an id a transaction in flight may still commit (see unsettledSQL).
 	if planID == "" {
-		err = s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM events`).Scan(&id)
+		err = s.pool.QueryRow(ctx, `SELECT least(coalesce(max(id), 0), coalesce(`+unsettledSQL+` - 1, max(id), 0)) FROM events`).Scan(&id)
 	} else {
-		err = s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM events WHERE plan_id = $1`, planID).Scan(&id)
+		err = s.pool.QueryRow(ctx, `SELECT least(coalesce(max(id), 0), coalesce(`+unsettledSQL+` - 1, max(id), 0)) FROM events WHERE plan_id = $1`, planID).Scan(&id)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("read latest event id: %w", err)

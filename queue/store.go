@@ -201,30 +201,66 @@ type EventFilter struct {
 	Limit  int // default 100, at most 1000
 }
 
-// Events returns events in id order.
+// unsettledSQL is the lowest event id a transaction in flight may still commit (NULL
+// when none is in flight): readers that move a cursor hand out only ids below it, so an
+// event whose transaction commits late is never skipped (issue 14). Each transaction that
+// writes events announces, before it draws its first id, a floor under its ids as a
+// shared advisory lock (whilly_event_id, migration 0009); this reads them from pg_locks.
+// The statement's snapshot is taken before pg_locks is read, so an id it sees was drawn
+// before any floor it misses.
+const unsettledSQL = `(SELECT min((l.classid::bigint << 32) | l.objid::bigint) FROM pg_locks l
+	WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.mode = 'ShareLock' AND l.granted
+	  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	  AND l.pid <> pg_backend_pid())`
+
+// EventPage is a page of events and whether events after it are held back because an
+// earlier id may still be committed: ask again soon, not only on the next notification.
+type EventPage struct {
+	Events []Event
+	Held   bool
+}
+
+// Events returns events in id order: those after f.After, below the first id a
+// transaction in flight may still commit (see unsettledSQL).
 func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
+	p, err := s.EventPage(ctx, f)
+	return p.Events, err
+}
+
+// EventPage is Events, saying whether later events were held back.
+func (s *Store) EventPage(ctx context.Context, f EventFilter) (EventPage, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
 	f.Limit = min(f.Limit, 1000)
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, coalesce(plan_id, ''), coalesce(task_id, ''), type, payload, detail, created_at
-		FROM events
-		WHERE id > $1 AND ($2 = '' OR plan_id = $2)
-		ORDER BY id
+		WITH u AS (SELECT `+unsettledSQL+` AS id)
+		SELECT e.id, coalesce(e.plan_id, ''), coalesce(e.task_id, ''), e.type, e.payload, e.detail, e.created_at,
+			EXISTS (SELECT 1 FROM events h WHERE h.id >= (SELECT id FROM u) AND h.id > $1)
+		FROM events e
+		WHERE e.id > $1 AND ($2 = '' OR e.plan_id = $2) AND e.id < coalesce((SELECT id FROM u), 9223372036854775807)
+		ORDER BY e.id
 		LIMIT $3`, f.After, f.PlanID, f.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("list events: %w", err)
+		return EventPage{}, fmt.Errorf("list events: %w", err)
 	}
-	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+	var page EventPage
+	page.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
 		var e Event
-		err := r.Scan(&e.ID, &e.PlanID, &e.TaskID, &e.Type, &e.Payload, &e.Detail, &e.CreatedAt)
+		err := r.Scan(&e.ID, &e.PlanID, &e.TaskID, &e.Type, &e.Payload, &e.Detail, &e.CreatedAt, &page.Held)
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list events: %w", err)
+		return EventPage{}, fmt.Errorf("list events: %w", err)
 	}
-	return evs, nil
+	if len(page.Events) == 0 {
+		// No row to carry the answer: ask on its own.
+		if err := s.pool.QueryRow(ctx, `WITH u AS (SELECT `+unsettledSQL+` AS id)
+			SELECT EXISTS (SELECT 1 FROM events h WHERE h.id >= (SELECT id FROM u) AND h.id > $1)`, f.After).Scan(&page.Held); err != nil {
+			return EventPage{}, fmt.Errorf("look for events in flight: %w", err)
+		}
+	}
+	return page, nil
 }
 
 // usdParam converts an amount to the numeric text Postgres stores exactly.
