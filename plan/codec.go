@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxIDLength is the longest plan or task id, in bytes (ids are ASCII).
@@ -108,6 +109,27 @@ func checkID(id string) string {
 	}
 	if strings.Contains(id, "..") {
 		return `must not contain ".."`
+	}
+	return ""
+}
+
+// quoteID puts the offending id in front of checkID's reason, so the message shows what
+// to fix: "a..b" must not contain "..".
+func quoteID(id, msg string) string {
+	if id == "" || len(id) > MaxIDLength {
+		return msg
+	}
+	return fmt.Sprintf("%q %s", id, msg)
+}
+
+// textProblem says why s cannot be stored as text, or "": a NUL byte (Postgres text
+// refuses it) or bytes that are not UTF-8 (they would be silently rewritten).
+func textProblem(s string) string {
+	switch {
+	case strings.IndexByte(s, 0) >= 0:
+		return `must not contain a NUL byte (\u0000)`
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
 	}
 	return ""
 }
@@ -227,7 +249,13 @@ func validate(p *Plan, skip map[fieldKey]bool) []Problem {
 		add(-1, "project", "is required")
 	}
 	if msg := checkID(p.ID); msg != "" {
-		add(-1, "plan_id", "%s", msg)
+		add(-1, "plan_id", "%s", quoteID(p.ID, msg))
+	}
+	if msg := textProblem(p.Name); msg != "" {
+		add(-1, "project", "%s", msg)
+	}
+	if msg := textProblem(p.Repo); msg != "" {
+		add(-1, "repo", "%s", msg)
 	}
 	if p.Budget != nil && *p.Budget < 0 {
 		add(-1, "budget_usd", "must not be negative")
@@ -236,6 +264,9 @@ func validate(p *Plan, skip map[fieldKey]bool) []Problem {
 		add(-1, "repo", `must be "owner/name", got %q`, p.Repo)
 	}
 	for i, v := range p.Verify {
+		if msg := cmp.Or(textProblem(v.Name), textProblem(v.Command)); msg != "" {
+			add(-1, "verify", "entry %d: %s", i+1, msg)
+		}
 		if strings.TrimSpace(v.Name) == "" {
 			add(-1, "verify", "entry %d: name is required", i+1)
 		}
@@ -255,7 +286,7 @@ func validate(p *Plan, skip map[fieldKey]bool) []Problem {
 			continue
 		}
 		if msg := checkID(t.ID); msg != "" {
-			add(i, "id", "%s", msg)
+			add(i, "id", "%s", quoteID(t.ID, msg))
 		} else if j := first[t.ID]; j != i {
 			add(i, "id", "duplicate id %q, first used by task #%d", t.ID, j+1)
 		}
@@ -273,6 +304,19 @@ func validate(p *Plan, skip map[fieldKey]bool) []Problem {
 		}
 		if t.MaxAttempts < 1 || t.MaxAttempts > MaxMaxAttempts {
 			add(i, "max_attempts", "must be between 1 and %d", MaxMaxAttempts)
+		}
+		for _, f := range []struct {
+			field string
+			vals  []string
+		}{{"description", []string{t.Description}}, {"dependencies", t.Dependencies}, {"key_files", t.KeyFiles},
+			{"acceptance_criteria", t.AcceptanceCriteria}, {"test_steps", t.TestSteps},
+			{"prd_requirement", []string{t.PRDRequirement}}, {"labels", t.Labels}} {
+			for _, v := range f.vals {
+				if msg := textProblem(v); msg != "" {
+					add(i, f.field, "%s", msg)
+					break
+				}
+			}
 		}
 		reported := map[string]bool{}
 		for _, d := range t.Dependencies {
@@ -308,7 +352,11 @@ func ParseWith(data []byte, o ParseOptions) (*Plan, error) {
 		return nil, &ValidationError{Problems: []Problem{{Index: -1, Message: problem}}}
 	}
 	d := &decoder{bad: map[fieldKey]bool{}, maxAttempts: cmp.Or(o.MaxAttempts, DefaultMaxAttempts)}
+	for _, pr := range scanRaw(data) {
+		d.fail(pr.Index, pr.Field, "%s", pr.Message)
+	}
 	p := d.plan(root)
+	p.Notes = d.notes
 	if err := newValidationError(p, d); err != nil {
 		return nil, err
 	}
@@ -393,7 +441,8 @@ func jsonType(v any) string {
 type decoder struct {
 	problems    []Problem
 	bad         map[fieldKey]bool
-	maxAttempts int // of tasks that name none
+	maxAttempts int      // of tasks that name none
+	notes       []string // what was read past, and why
 }
 
 func (d *decoder) fail(index int, field, format string, args ...any) {
@@ -469,7 +518,17 @@ func (d *decoder) plan(obj map[string]any) *Plan {
 		d.fail(-1, "strict", "must be true or false, not %s", jsonType(v))
 	}
 	p.Repo, _ = d.str(obj, -1, "repo")
-	p.Verify = d.verify(obj["verify"])
+	d.checkKeys(obj, -1, "", planKeys, ignoredKeys)
+	verify := obj["verify"]
+	if py, ok := obj["verification_commands"]; ok {
+		if verify != nil {
+			d.fail(-1, "verify", `give "verify" or the Python system's "verification_commands", not both`)
+		} else {
+			verify = py
+			d.notes = append(d.notes, `the plan: key "verification_commands" read as "verify"`)
+		}
+	}
+	p.Verify = d.verify(verify)
 
 	switch v := obj["tasks"].(type) {
 	case nil:
@@ -505,6 +564,11 @@ func (d *decoder) verify(v any) []Verify {
 		if !ok {
 			fail(i, " must be an object, not %s", jsonType(e))
 			continue
+		}
+		for k := range obj {
+			if !slices.Contains(verifyKeys, k) && ignoredVerifyKeys[k] == "" {
+				fail(i, ": %s", unknownKey(k, verifyKeys))
+			}
 		}
 		entry := Verify{Required: true}
 		for _, f := range []struct {
@@ -551,6 +615,7 @@ func (d *decoder) task(i int, v any) Task {
 		d.fail(i, "", "must be an object, not %s", jsonType(v))
 		return t
 	}
+	d.checkKeys(obj, i, "", taskKeys, ignoredTaskKeys)
 	t.ID, _ = d.str(obj, i, "id")
 	if s, ok := d.str(obj, i, "status"); ok {
 		t.Status = Status(asciiUpper(s))

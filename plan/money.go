@@ -16,6 +16,14 @@ type USD int64
 // MicrosPerUSD is the number of USD units in one dollar.
 const MicrosPerUSD = 1_000_000
 
+// MaxUSD is the largest amount whilly takes: what the database's numeric(14,6) holds,
+// 99,999,999.999999 dollars. Every amount read (plan files, the API, the CLI, an agent's
+// cost) is checked against it where it is parsed, so none overflows later.
+const MaxUSD USD = 100_000_000*MicrosPerUSD - 1
+
+// errTooLarge says what the bound is.
+var errTooLarge = errors.New("is too large: amounts must be less than 100000000 USD")
+
 // usdDecimals is the number of fractional decimal digits a USD holds exactly.
 const usdDecimals = 6
 
@@ -78,7 +86,7 @@ func scaleDigits(digits string, shift int) (USD, error) {
 	}
 	// MaxInt64 has 19 digits: anything longer overflows, and the loop below checks the rest.
 	if len(digits)+shift > 19 {
-		return 0, errors.New("is too large")
+		return 0, errTooLarge
 	}
 	var v uint64
 	for i := range len(digits) + shift {
@@ -87,9 +95,12 @@ func scaleDigits(digits string, shift int) (USD, error) {
 			d = uint64(digits[i] - '0')
 		}
 		if v > (math.MaxInt64-d)/10 {
-			return 0, errors.New("is too large")
+			return 0, errTooLarge
 		}
 		v = v*10 + d
+	}
+	if v > uint64(MaxUSD) {
+		return 0, errTooLarge
 	}
 	return USD(v), nil
 }
@@ -145,8 +156,8 @@ func USDFromFloat(f float64) (USD, error) {
 	fracPart += strings.Repeat("0", usdDecimals-len(fracPart))
 	u, err := scaleDigits(intPart+fracPart, 0)
 	if err == nil && roundUp {
-		if u == math.MaxInt64 {
-			err = errors.New("is too large")
+		if u == MaxUSD {
+			err = errTooLarge
 		}
 		u++
 	}

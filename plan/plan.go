@@ -182,6 +182,9 @@ type Plan struct {
 	Repo   string // owner/name, optional
 	Verify []Verify
 	Tasks  []Task
+	// Notes says what Parse read past and why (keys of the Python system's files that
+	// whilly has no use for, keys it mapped): for the reader to show. Never stored.
+	Notes []string
 }
 
 // DefinitionChanges names the plan-file fields in which b's definition differs from a's:
