@@ -151,14 +151,13 @@ func (p *DeliveryPuller) take(ctx context.Context, cur queue.DeliveryCursor, res
 	return reached, nil
 }
 
-// Periodic is the poll's periodic job: River's leader enqueues it once per interval,
-// and at start.
-func (p *DeliveryPuller) Periodic() *river.PeriodicJob {
-	return river.NewPeriodicJob(river.PeriodicInterval(p.cfg.Interval),
-		func() (river.JobArgs, *river.InsertOpts) {
+// Schedule is the poll's periodic job, enqueued by every control plane with the App once
+// per interval (one job whatever the number of replicas), and at start.
+func (p *DeliveryPuller) Schedule() queue.Schedule {
+	return queue.Schedule{Name: queue.KindPullDeliveries, Every: p.cfg.Interval, RunOnStart: true,
+		Args: func() (river.JobArgs, *river.InsertOpts) {
 			return queue.PullDeliveriesArgs{}, &river.InsertOpts{MaxAttempts: 1, UniqueOpts: river.UniqueOpts{ByPeriod: p.cfg.Interval}}
-		},
-		&river.PeriodicJobOpts{ID: queue.KindPullDeliveries, RunOnStart: true})
+		}}
 }
 
 // Worker returns the River worker of the poll job.

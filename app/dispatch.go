@@ -33,7 +33,9 @@ type DispatchArgs struct {
 func (DispatchArgs) Kind() string { return KindDispatch }
 
 // InsertOpts bounds the retries: a dispatch hours late starts workers nobody waits for.
-func (DispatchArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{MaxAttempts: 8} }
+func (DispatchArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: queue.QueueGitHub, MaxAttempts: 8}
+}
 
 // DispatchConfig tunes the dispatcher.
 type DispatchConfig struct {

@@ -39,6 +39,7 @@ func (MirrorArgs) Kind() string { return KindMirror }
 // and discarded: a change while a job waits or runs joins that job.
 func (MirrorArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
+		Queue:       queue.QueueGitHub,
 		MaxAttempts: 25,
 		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
 			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,

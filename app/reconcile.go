@@ -22,6 +22,9 @@ type ReconcileArgs struct{}
 // Kind implements river.JobArgs.
 func (ReconcileArgs) Kind() string { return KindReconcile }
 
+// InsertOpts puts the reconciler in the GitHub queue.
+func (ReconcileArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: queue.QueueGitHub} }
+
 // ReconcileConfig tunes the reconciler.
 type ReconcileConfig struct {
 	// Interval between runs; default 5 min.
@@ -79,14 +82,12 @@ func NewReconciler(store *queue.Store, clients Clients, log *slog.Logger, cfg Re
 	return &Reconciler{store: store, clients: clients, log: log, cfg: cfg}
 }
 
-// Periodic is the reconciler's periodic job; River's leader enqueues it, once per
-// interval whatever the number of replicas.
-func (r *Reconciler) Periodic() *river.PeriodicJob {
-	return river.NewPeriodicJob(river.PeriodicInterval(r.cfg.Interval),
-		func() (river.JobArgs, *river.InsertOpts) {
-			return ReconcileArgs{}, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: r.cfg.Interval}}
-		},
-		&river.PeriodicJobOpts{ID: KindReconcile})
+// Schedule is the reconciler's periodic job, enqueued by every control plane with the
+// App, once per interval whatever the number of replicas.
+func (r *Reconciler) Schedule() queue.Schedule {
+	return queue.Schedule{Name: KindReconcile, Every: r.cfg.Interval, Args: func() (river.JobArgs, *river.InsertOpts) {
+		return ReconcileArgs{}, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: r.cfg.Interval}}
+	}}
 }
 
 // Worker returns the River worker of the reconciler's job.

@@ -233,6 +233,10 @@ func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, e
 	rec := ghapp.NewReconciler(st, parts.factory, a.log, ghapp.ReconcileConfig{
 		Interval: env.reconcile, Dispatcher: parts.dispatcher, NoRedeliver: env.pull})
 	ws := ghapp.NewWorkspaces(parts.factory, a.log, ghapp.WorkspaceConfig{})
+	schedules := []queue.Schedule{rec.Schedule()}
+	if puller != nil {
+		schedules = append(schedules, puller.Schedule())
+	}
 	return &extension{
 		planChanged: func(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], planID string) error {
 			if rc == nil {
@@ -247,13 +251,13 @@ func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, e
 			if parts.dispatcher != nil {
 				river.AddWorker(w, parts.dispatcher.Worker())
 			}
-			periodic := []*river.PeriodicJob{rec.Periodic()}
 			if puller != nil {
 				river.AddWorker(w, puller.Worker())
-				periodic = append(periodic, puller.Periodic())
 			}
-			return periodic
+			return nil
 		},
+		queues:     map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: 10}},
+		schedules:  schedules,
 		routes:     map[string]http.Handler{"/webhook": hook},
 		workspaces: ws.Workspace,
 		collectors: []prometheus.Collector{env.metrics},

@@ -57,8 +57,13 @@ func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 		t.Fatalf("configured: %+v, %v", ext, err)
 	}
 	w := river.NewWorkers()
-	if periodic := ext.register(w); len(periodic) != 1 {
-		t.Errorf("%d periodic jobs, want the reconciler", len(periodic))
+	// The reconciler is enqueued by this process itself, not by whichever process leads
+	// River, and the GitHub jobs have a queue that only this process works.
+	if periodic := ext.register(w); len(periodic) != 0 || len(ext.schedules) != 1 || ext.schedules[0].Name != ghapp.KindReconcile {
+		t.Errorf("%d River periodic jobs and schedules %+v; want the reconciler scheduled by the process", len(periodic), ext.schedules)
+	}
+	if _, ok := ext.queues[queue.QueueGitHub]; !ok {
+		t.Errorf("queues %v do not include %s", ext.queues, queue.QueueGitHub)
 	}
 	// Without WHILLY_DISPATCH_ACTIONS no dispatch worker is registered; with it, one is.
 	if err := river.AddWorkerSafely(w, ghapp.NewDispatcher(st, nil, nil, ghapp.DispatchConfig{}).Worker()); err != nil {

@@ -88,6 +88,8 @@ type controlPlane struct {
 	jobs     *river.Client[pgx.Tx]
 	listener *queue.Listener
 	log      *slog.Logger
+	// schedules are the extensions' periodic jobs, enqueued from start to shutdown.
+	schedules []queue.Schedule
 }
 
 // extension plugs a capability (the GitHub App, the TRIZ analyzer) into the control
@@ -99,8 +101,11 @@ type extension struct {
 	taskFailed  func(ctx context.Context, tx pgx.Tx, jobs *river.Client[pgx.Tx], f queue.TaskFailure) error
 	// register adds River job workers and returns periodic jobs.
 	register func(*river.Workers) []*river.PeriodicJob
-	// queues are River queues the extension's jobs run in (besides the default one).
+	// queues are River queues the extension's jobs run in (besides the default one):
+	// only processes with the extension work them.
 	queues map[string]river.QueueConfig
+	// schedules are periodic jobs this process enqueues itself, leader of River or not.
+	schedules []queue.Schedule
 	// routes are mounted on the control plane's router (pattern → handler).
 	routes map[string]http.Handler
 	// workspaces gives claims of repository plans their workspace (the GitHub App).
@@ -213,8 +218,12 @@ func (a *app) newControlPlane(ctx context.Context, st *queue.Store) (*controlPla
 	hs := srv.HTTPServer()
 	// Shutdown does not cancel requests in flight: end long-polls and streams at once.
 	hs.RegisterOnShutdown(srv.Drain)
+	var schedules []queue.Schedule
+	for _, e := range exts {
+		schedules = append(schedules, e.schedules...)
+	}
 	return &controlPlane{store: st, srv: hs, done: make(chan error, 1), cancel: cancel,
-		stop: rc.Stop, ctx: ctx, jobs: rc, listener: listener, log: a.log}, nil
+		stop: rc.Stop, ctx: ctx, jobs: rc, listener: listener, log: a.log, schedules: schedules}, nil
 }
 
 // start runs the LISTEN connection, the background jobs and the HTTP server on ln.
@@ -228,6 +237,7 @@ func (cp *controlPlane) start(ln net.Listener) error {
 		cp.cancel()
 		return fmt.Errorf("start background jobs: %w", err)
 	}
+	queue.RunSchedules(cp.ctx, cp.jobs, cp.log, cp.schedules)
 	go func() { cp.done <- cp.srv.Serve(ln) }()
 	return nil
 }

@@ -126,7 +126,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		ws: app.NewWorkspaces(f, log, app.WorkspaceConfig{}), disp: disp}
 	cfg := &river.Config{
 		Logger: log, Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-		Queues:      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
+		Queues:      map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: 10}},
 		JobTimeout:  time.Minute,
 		TestOnly:    true,
 		MaxAttempts: 25,

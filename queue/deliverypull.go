@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 )
 
 // KindPullDeliveries is the periodic River job of pull mode (WHILLY_GITHUB_DELIVERIES=pull):
@@ -18,6 +19,9 @@ type PullDeliveriesArgs struct{}
 
 // Kind implements river.JobArgs.
 func (PullDeliveriesArgs) Kind() string { return KindPullDeliveries }
+
+// InsertOpts puts the poll in the GitHub queue.
+func (PullDeliveriesArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: QueueGitHub} }
 
 // DeliveryCursor is a replica's lease on polling the App's delivery log, and how far the
 // log has been taken. Since is the zero time before the first poll.

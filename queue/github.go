@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
 
 	"github.com/whilly-go/whilly/plan"
 )
@@ -29,6 +30,9 @@ type GitHubDeliveryArgs struct {
 
 // Kind implements river.JobArgs.
 func (GitHubDeliveryArgs) Kind() string { return KindGitHubDelivery }
+
+// InsertOpts puts deliveries in the GitHub queue.
+func (GitHubDeliveryArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: QueueGitHub} }
 
 // Delivery is one webhook delivery as received (X-GitHub-Delivery, X-GitHub-Event).
 type Delivery struct {
