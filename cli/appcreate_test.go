@@ -172,6 +172,7 @@ func TestAppCreateWritesTheCredentialsAndServeStartsFromThem(t *testing.T) {
 		t.Errorf("credentials written: app %d slug %q owner %q, key/secret/client match: %v %v %v", c.AppID, c.Slug, c.Owner,
 			c.PrivateKey == string(gh.KeyPEM), c.WebhookSecret == gh.WebhookSecret(), c.ClientID != "")
 	}
+	t.Logf("app create printed, after the page's address:\n%s", out)
 	install := gh.Server.URL + "/apps/" + testkit.AppSlug + "/installations/new"
 	if text := out.String(); !strings.Contains(text, "Install it on your repositories: "+install) || strings.Contains(text, c.WebhookSecret) {
 		t.Errorf("output (want the install link and no secret):\n%s", text)
