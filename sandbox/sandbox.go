@@ -345,8 +345,10 @@ func Open(ctx context.Context, set Settings, needBox bool) (*Sandbox, error) {
 }
 
 // executable is the path to run inside the box and what to bind for it: nothing when it
-// lives in a system directory, else the directory it really lives in (a CLI installed
-// with npm needs its package), or the file alone when that directory would expose home.
+// lives in a system directory; the node_modules directory it lives in, for a CLI that npm
+// installed (its native binary sits in a sibling platform package: Codex, Claude Code);
+// else the directory it really lives in, or the file alone when that directory would
+// expose home.
 func executable(path, home string) (exe, bind string, err error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
@@ -359,6 +361,9 @@ func executable(path, home string) (exe, bind string, err error) {
 		return path, "", nil
 	}
 	d := filepath.Dir(real)
+	if i := strings.LastIndex(real, "/node_modules/"); i > 0 {
+		d = real[:i+len("/node_modules")]
+	}
 	if d == "/" || (home != "" && within(home, d)) || underSystem(d) {
 		return real, real, nil
 	}

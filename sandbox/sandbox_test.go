@@ -307,3 +307,41 @@ func TestNotDumpable(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
+
+// A CLI installed with npm runs a launcher that finds its native binary in a sibling
+// package of node_modules (Codex, Claude Code): the whole node_modules is bound.
+func TestBoxBindsTheNodeModulesOfAnNpmCLI(t *testing.T) {
+	t.Parallel()
+	s := boxT(t, Settings{Net: NetNone})
+	nm := filepath.Join(t.TempDir(), "node_modules")
+	for p, body := range map[string]string{
+		"cli/bin/cli.sh":              "#!/bin/sh\ncat \"$(dirname \"$0\")/../../cli-linux-x64/vendor/native\"\n",
+		"cli-linux-x64/vendor/native": "native binary here\n",
+	} {
+		full := filepath.Join(nm, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(body), 0o755); err != nil { //nolint:gosec // an executable of the test
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(nm, ".bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(nm, ".bin", "cli")
+	if err := os.Symlink("../cli/bin/cli.sh", link); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Prepare(ctxT(t), Spec{Path: link, Dir: t.TempDir(), Agent: AgentCodex, Environ: []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
+	cmd.Env = c.Env
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "native binary here\n" {
+		t.Errorf("the npm CLI in the box: %v %q", err, out)
+	}
+}
