@@ -348,3 +348,25 @@ func TestSandboxEgress(t *testing.T) {
 		t.Errorf("denials = %+v, want exactly evil.example.com:443", denied)
 	}
 }
+
+// The attempt's timeout stops a boxed agent at once, with everything it started.
+func TestSandboxTimeoutKillsTheBox(t *testing.T) {
+	t.Parallel()
+	sb := boxed(t, sandbox.Settings{})
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.Sandbox = sb
+	cfg.Command = writeScript(t, t.TempDir(), "hang.sh", "sleep 1000 &\nsetsid sleep 1000 &\nexec sleep 1000\n")
+	a, _ := New(NameCommand, cfg)
+	start := time.Now()
+	res, err := a.Run(testCtx(t), Request{Prompt: "p", WorkDir: dir, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reason != ReasonTimeout || res.Sandbox != sandbox.ModeBwrap {
+		t.Fatalf("reason %q sandbox %q, want timeout in bwrap", res.Reason, res.Sandbox)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the run took %s to end after a 500ms timeout", d)
+	}
+}

@@ -37,7 +37,7 @@ func TestSIGKILLedWorkersSandboxDiesWithIt(t *testing.T) {
 		"setsid /bin/sh -c '" + loop + "' \"$PWD\" alive-setsid </dev/null >/dev/null 2>&1 &\n" +
 		"env -i setsid /bin/sh -c '" + loop + "' \"$PWD\" alive-envi </dev/null >/dev/null 2>&1 &\n" +
 		"sleep 600\n"
-	if err := os.WriteFile(script, []byte(body), 0o755); err != nil { //nolint:gosec // the agent must be executable
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	w := c.worker("worker", base, []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script}, "--plan", "boxkill", "--workdir", ws)

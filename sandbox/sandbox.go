@@ -263,13 +263,17 @@ func (c *Cmd) Close() {
 	}
 	keepCredentials(filepath.Join(c.tmp, "home"), c.home, c.profile)
 	if err := os.RemoveAll(c.tmp); err != nil {
-		// The agent may have left directories without write permission.
-		_ = filepath.WalkDir(c.tmp, func(p string, d fs.DirEntry, _ error) error {
-			if d != nil && d.IsDir() {
-				_ = os.Chmod(p, 0o700)
-			}
-			return nil
-		})
+		// The agent may have left directories without write permission. Through os.Root,
+		// so that a link it planted cannot point the chmod outside the box's directory.
+		if root, err := os.OpenRoot(c.tmp); err == nil {
+			_ = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, _ error) error {
+				if d != nil && d.IsDir() {
+					_ = root.Chmod(p, 0o700)
+				}
+				return nil
+			})
+			_ = root.Close()
+		}
 		_ = os.RemoveAll(c.tmp)
 	}
 	c.tmp = ""
@@ -301,7 +305,7 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 	if err == nil {
 		return fmt.Errorf("%w: %s does not answer as the box's init (its main must call sandbox.HandleInit): %q", ErrUnavailable, s.init, msg)
 	}
-	return fmt.Errorf("%w: %s: %v: %s", ErrUnavailable, s.bwrap, err, msg)
+	return fmt.Errorf("%w: %s: %w: %s", ErrUnavailable, s.bwrap, err, msg)
 }
 
 // Check reports whether bubblewrap makes boxes on this machine, as every agent run

@@ -322,7 +322,7 @@ func TestBoxBindsTheNodeModulesOfAnNpmCLI(t *testing.T) {
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(full, []byte(body), 0o755); err != nil { //nolint:gosec // an executable of the test
+		if err := os.WriteFile(full, []byte(body), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
