@@ -134,6 +134,7 @@ func (s *Server) routes() chi.Router {
 	r.Get("/metrics", s.serveMetrics)
 
 	r.Route("/v1", func(r chi.Router) {
+		r.Get("/openapi.json", s.serveOpenAPI)
 		r.With(s.auth(roleRegistrar)).Post("/workers/register", s.register)
 		r.With(s.auth(roleWorker)).Post("/workers/{worker}/heartbeat", s.heartbeat)
 		r.With(s.auth(roleWorker)).Post("/workers/{worker}/release", s.releaseHeld)
