@@ -83,7 +83,7 @@ func TestServeKilledWhileAgentsFinish(t *testing.T) {
 	c.importPlan(base, planDoc("outage", n, 0))
 
 	dir := t.TempDir()
-	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + costlyAgent(t, dir, "4"), "E2E_DIR=" + dir}
+	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + costlyAgent(t, dir, "4"), "E2E_DIR=" + dir, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=E2E_DIR"}
 	var workers []workerProc
 	for _, name := range []string{"worker-1", "worker-2", "worker-3"} {
 		workers = append(workers, c.worker(name, base, env, "--plan", "outage", "--drain"))
@@ -130,7 +130,7 @@ func TestRestartedWorkerReleasesWhatItsPredecessorHeld(t *testing.T) {
 	dir := t.TempDir()
 	script := agentScript(t, dir, `if [ ! -e "$E2E_DIR/ran" ]; then touch "$E2E_DIR/ran"; exec sleep 600; fi`)
 	killLeftovers(t, func() []int { return []int{readPID(filepath.Join(dir, "T001.1.pid"))} })
-	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir}
+	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=E2E_DIR"}
 	first := c.worker("worker-first", base, env, "--plan", "restarted", "--drain")
 	eventually(t, 60*time.Second, "the first run's agent to start", func() bool { return readPID(filepath.Join(dir, "T001.1.pid")) > 0 })
 	first.kill(syscall.SIGKILL)
