@@ -29,7 +29,7 @@ func taskWire(t queue.TaskInfo) client.Task {
 		PRDRequirement: t.PRDRequirement, Labels: nonNil(t.Labels), Gate: gate,
 		Attempts: t.Attempts, MaxAttempts: t.MaxAttempts, NotBefore: t.NotBefore,
 		LeaseExpiresAt: t.LeaseExpiresAt, ClaimedBy: t.ClaimedBy, Version: t.Version, CostUSD: t.Cost,
-		LastError: t.LastError, TrizFinding: t.TrizFinding, Result: t.Result, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		LastError: t.LastError, LastOutput: t.LastOutput, TrizFinding: t.TrizFinding, Result: t.Result, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
 }
 

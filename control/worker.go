@@ -481,7 +481,14 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) {
 	if string(req.Detail) == "null" {
 		req.Detail = nil
 	}
-	t, err := s.store.Fail(r.Context(), l, queue.FailInput{Cost: req.CostUSD, Reason: req.Reason, Retryable: req.Retryable, Detail: req.Detail})
+	if len(req.Output) > client.MaxFailOutput {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field output must be at most %d bytes.", client.MaxFailOutput))
+		return
+	}
+	// Agent output may hold NUL, which Postgres text cannot store: drop it.
+	output := strings.ToValidUTF8(strings.ReplaceAll(req.Output, "\x00", ""), "\uFFFD")
+	t, err := s.store.Fail(r.Context(), l, queue.FailInput{Cost: req.CostUSD, Reason: req.Reason, Retryable: req.Retryable,
+		Detail: req.Detail, Output: output})
 	if err == nil {
 		s.metrics.failures.WithLabelValues(reasonClass(req.Reason)).Inc()
 		outcome := outcomeFailed

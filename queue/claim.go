@@ -292,7 +292,7 @@ func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, 
 		b.Queue(`SELECT status FROM plans WHERE id = $1 FOR NO KEY UPDATE`, l.PlanID)
 		b.Queue(`WITH u AS (
 			UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
-				cost_usd = cost_usd + $5::numeric / 1000000, result = $6, last_error = NULL, not_before = NULL,
+				cost_usd = cost_usd + $5::numeric / 1000000, result = $6, last_error = NULL, last_output = NULL, not_before = NULL,
 				version = version + 1, updated_at = now()
 			WHERE plan_id = $1 AND id = $2 AND lease_id::text = $3 AND claimed_by = $4
 			  AND status IN ('CLAIMED', 'IN_PROGRESS') AND lease_expires_at > now()
@@ -414,14 +414,15 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 		outcome := plan.FailOutcome(t.Attempts, t.MaxAttempts, retryable)
 		payload := map[string]any{"worker_id": l.WorkerID, "attempt": t.Attempts, "max_attempts": t.MaxAttempts,
 			"cost_usd": in.Cost.String(), "reason": in.Reason, "retryable": retryable}
-		cost := `cost_usd = cost_usd + $3::numeric / 1000000, last_error = $4, ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL`
+		cost := `cost_usd = cost_usd + $3::numeric / 1000000, last_error = $4, last_output = NULLIF($5, ''),
+			ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL`
 		if outcome == plan.TransitionRetry {
 			backoff := plan.Backoff(t.Attempts, s.cfg.BackoffBase, s.cfg.BackoffMax)
 			out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, cost+`, status = 'PENDING', claimed_by = NULL,
-				not_before = now() + make_interval(secs => $5)`, int64(in.Cost), in.Reason, backoff.Seconds())
+				not_before = now() + make_interval(secs => $6)`, int64(in.Cost), in.Reason, in.Output, backoff.Seconds())
 			payload["not_before"] = out.NotBefore
 		} else {
-			out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, cost+`, status = 'FAILED'`, int64(in.Cost), in.Reason)
+			out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, cost+`, status = 'FAILED'`, int64(in.Cost), in.Reason, in.Output)
 		}
 		if err != nil {
 			return err

@@ -88,7 +88,7 @@ const completeUnsettledSQL = `WITH r AS (
 	SELECT id AS lid FROM tasks WHERE plan_id = $1 AND id = ANY ($2::text[]) ORDER BY id FOR NO KEY UPDATE
 ), u AS (
 	UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
-		result = r.rresult, last_error = NULL, not_before = NULL, version = version + 1, updated_at = now()
+		result = r.rresult, last_error = NULL, last_output = NULL, not_before = NULL, version = version + 1, updated_at = now()
 	FROM r JOIN lk ON lk.lid = r.rid
 	WHERE plan_id = $1 AND id = r.rid AND lease_id::text = r.rlease AND claimed_by = r.rworker
 	  AND status IN ('CLAIMED', 'IN_PROGRESS') AND lease_expires_at > now()

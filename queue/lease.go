@@ -66,6 +66,8 @@ type FailInput struct {
 	Reason    string
 	Retryable *bool
 	Detail    json.RawMessage
+	// Output is the attempt's error text and output tail, given to the next attempt.
+	Output string
 }
 
 // CancelNotice tells a worker to stop working on a task it holds.

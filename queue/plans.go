@@ -56,10 +56,13 @@ type TaskInfo struct {
 	Version            int           `json:"version"`
 	Cost               plan.USD      `json:"cost_usd"`
 	LastError          string        `json:"last_error,omitempty"`
-	TrizFinding        string        `json:"triz_finding,omitempty"`
-	Result             string        `json:"result,omitempty"`
-	CreatedAt          time.Time     `json:"created_at"`
-	UpdatedAt          time.Time     `json:"updated_at"`
+	// LastOutput is the last failed attempt's error text and output tail (redacted by the
+	// worker), for the next attempt's prompt.
+	LastOutput  string    `json:"last_output,omitempty"`
+	TrizFinding string    `json:"triz_finding,omitempty"`
+	Result      string    `json:"result,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
 
 // Task returns the plan-file view of the row.
@@ -678,8 +681,8 @@ func (s *Store) ListPlans(ctx context.Context, pg PlanPage) ([]PlanInfo, string,
 const taskColumns = `plan_id, id, status, priority, description, dependencies, key_files, acceptance_criteria,
 	test_steps, prd_requirement, labels, gate_verdict, gate_reasons, attempts, max_attempts, not_before,
 	coalesce(lease_id::text, ''), lease_expires_at, coalesce(claimed_by, ''), version,
-	(cost_usd * 1000000)::bigint, coalesce(last_error, ''), coalesce(triz_finding, ''), coalesce(result, ''),
-	created_at, updated_at`
+	(cost_usd * 1000000)::bigint, coalesce(last_error, ''), coalesce(last_output, ''), coalesce(triz_finding, ''),
+	coalesce(result, ''), created_at, updated_at`
 
 func scanTask(row pgx.Row) (TaskInfo, error) { return scanTaskExtra(row) }
 
@@ -692,7 +695,7 @@ func scanTaskExtra(row pgx.Row, extra ...any) (TaskInfo, error) {
 	dest := []any{&t.PlanID, &t.ID, &t.Status, &t.Priority, &t.Description, &t.Dependencies, &t.KeyFiles,
 		&t.AcceptanceCriteria, &t.TestSteps, &t.PRDRequirement, &t.Labels, &t.Gate.Decision, &t.Gate.Reasons,
 		&t.Attempts, &t.MaxAttempts, &t.NotBefore, &t.LeaseID, &t.LeaseExpiresAt, &t.ClaimedBy, &t.Version,
-		&cost, &t.LastError, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt}
+		&cost, &t.LastError, &t.LastOutput, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt}
 	err := row.Scan(append(dest, extra...)...)
 	t.Cost = plan.USD(cost)
 	return t, err
@@ -784,7 +787,7 @@ func (s *Store) ResetPlan(ctx context.Context, planID string, opts ResetOptions)
 		err := tx.QueryRow(ctx, `
 			WITH r AS (
 				UPDATE tasks SET status = 'PENDING', attempts = 0, not_before = NULL, lease_id = NULL,
-				       lease_expires_at = NULL, claimed_by = NULL, last_error = NULL, result = NULL,
+				       lease_expires_at = NULL, claimed_by = NULL, last_error = NULL, last_output = NULL, result = NULL,
 				       version = version + 1, updated_at = now()
 				FROM (SELECT id AS tid, status AS old FROM tasks
 				      WHERE plan_id = $1 AND (status IN ('DONE', 'FAILED', 'CANCELLED') OR ($2 AND status = 'SKIPPED'))

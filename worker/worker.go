@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -483,7 +484,8 @@ func workspaceFailure(err error) *client.FailRequest {
 		detail["stage"] = we.Stage
 	}
 	raw, _ := json.Marshal(detail)
-	return &client.FailRequest{Reason: reason, Retryable: &retryable, Detail: raw}
+	return &client.FailRequest{Reason: reason, Retryable: &retryable, Detail: raw,
+		Output: bounded(agent.Redact(err.Error()), client.MaxFailOutput)}
 }
 
 // removeEndedWorkspaces removes the workspaces of plans that have ended (DONE, FAILED,
@@ -539,6 +541,9 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 		PRDRequirement: t.PRDRequirement, MaxAttempts: t.MaxAttempts,
 	}, t.Attempt)
 	in.PreviousError, in.TrizFinding = t.LastError, t.TrizFinding
+	if t.LastOutput != "" {
+		in.PreviousError += "\n" + t.LastOutput
+	}
 	prompt, err := agent.BuildPrompt(in)
 	if err != nil {
 		return agent.Result{}, err
@@ -630,7 +635,23 @@ func failureOf(res agent.Result, runErr error) client.FailRequest {
 		retryable = false
 	}
 	raw, _ := json.Marshal(detail)
-	return client.FailRequest{Reason: reason, Retryable: &retryable, Detail: raw}
+	return client.FailRequest{Reason: reason, Retryable: &retryable, Detail: raw, Output: failOutput(res, runErr)}
+}
+
+// failOutput is what the next attempt is told of this one's failure: the error, the
+// agent's own account of it, and the tail of its output, redacted and bounded.
+func failOutput(res agent.Result, runErr error) string {
+	var parts []string
+	if runErr != nil {
+		parts = append(parts, agent.Redact(runErr.Error()))
+	}
+	if res.Detail != "" {
+		parts = append(parts, res.Detail)
+	}
+	if res.Excerpt != "" && res.Excerpt != res.Detail {
+		parts = append(parts, "The end of its output:\n"+res.Excerpt)
+	}
+	return bounded(strings.Join(parts, "\n\n"), client.MaxFailOutput)
 }
 
 // heartbeat extends the lease every interval until ctx ends; a heartbeat that reports

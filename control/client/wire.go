@@ -129,6 +129,7 @@ type Task struct {
 	Version        int        `json:"version"`
 	CostUSD        plan.USD   `json:"cost_usd"`
 	LastError      string     `json:"last_error,omitempty"`
+	LastOutput     string     `json:"last_output,omitempty"` // the last failure's error text and output tail
 	TrizFinding    string     `json:"triz_finding,omitempty"`
 	Result         string     `json:"result,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
@@ -231,6 +232,9 @@ type FailRequest struct {
 	Reason    string          `json:"reason"`
 	Retryable *bool           `json:"retryable,omitempty"`
 	Detail    json.RawMessage `json:"detail,omitempty"`
+	// Output is the attempt's error text and the tail of its output (redacted, at most
+	// MaxFailOutput bytes): the next attempt's prompt carries it.
+	Output string `json:"output,omitempty"`
 	// DurationMS is how long the attempt ran on the worker: the attempt duration metric.
 	DurationMS int64 `json:"duration_ms,omitempty"`
 }
@@ -406,3 +410,6 @@ type HeldTask struct {
 	Reason plan.Hold `json:"reason"`
 	Detail string    `json:"detail"`
 }
+
+// MaxFailOutput bounds FailRequest.Output.
+const MaxFailOutput = 8 << 10
