@@ -78,7 +78,7 @@ func WriteCredentials(path string, c Credentials) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(c, "", "  ")
+	b, err := json.MarshalIndent(c, "", "  ") //nolint:gosec // the credentials file is where the secrets belong (0600)
 	if err != nil {
 		return fmt.Errorf("encode the App's credentials: %w", err)
 	}

@@ -144,7 +144,7 @@ func startBrowser(ctx context.Context, url string) error {
 	if err != nil {
 		return errors.New(name + " is not installed")
 	}
-	cmd := exec.CommandContext(ctx, bin, url) //nolint:gosec // the URL is our own page on 127.0.0.1
+	cmd := exec.CommandContext(ctx, bin, url)
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"html"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -181,7 +180,7 @@ func TestAppCreateWritesTheCredentialsAndServeStartsFromThem(t *testing.T) {
 	// A second run refuses to replace the file.
 	a, msg := githubTestApp(env)
 	cmd := a.appCommand()
-	cmd.SilenceUsage = true
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	cmd.SetArgs([]string{"create", "--no-browser"})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Errorf("second app create: %v %s, want it refused", err, msg)
@@ -192,20 +191,38 @@ func TestAppCreateWritesTheCredentialsAndServeStartsFromThem(t *testing.T) {
 	const issueBody = "- [ ] Fix the spelling of commit in README.md\n\n## Acceptance criteria\n- README.md spells commit right\n\n## Test steps\n- grep -c commmit README.md\n"
 	gh.AddIssue("Codertocat/Hello-World", 1, "Spelling", issueBody, "Codertocat", ghapp.LabelPending)
 	gh.SetPermission("Codertocat/Hello-World", "Codertocat", "admin")
-	a, _ = githubTestApp(map[string]string{"WHILLY_DATA_DIR": dataDir, "WHILLY_GITHUB_API_URL": gh.URL()})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// `whilly serve` itself, with nothing of the App in its environment.
+	serveEnv := map[string]string{"WHILLY_DATA_DIR": dataDir, "WHILLY_GITHUB_API_URL": gh.URL(), "WHILLY_DATABASE_URL": testkit.DSN(t)}
+	pr, pw := io.Pipe()
+	serveErr := &lockedBuffer{}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan int, 1)
+	go func() {
+		served <- Execute(sctx, []string{"serve", "--listen", "127.0.0.1:0"},
+			IO{In: strings.NewReader(""), Out: pw, Err: serveErr, Getenv: func(k string) string { return serveEnv[k] }})
+		_ = pw.Close()
+	}()
+	t.Cleanup(func() {
+		stop()
+		if code := <-served; code != ExitOK {
+			t.Errorf("serve exited %d:\n%s", code, serveErr)
+		}
+	})
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("serve printed nothing:\n%s", serveErr)
 	}
-	ctx := context.Background()
-	cp, err := a.startControlPlane(ctx, queue.NewStore(testkit.DB(t), nil, queue.Config{}), ln)
-	if err != nil {
-		t.Fatalf("serve from %s: %v", credsPath, err)
+	go func() {
+		for lines.Scan() { // keep serve's output flowing
+		}
+	}()
+	addr, ok := strings.CutPrefix(lines.Text(), "whilly control plane listening on http://")
+	if !ok {
+		t.Fatalf("serve's first line: %q\n%s", lines.Text(), serveErr)
 	}
-	t.Cleanup(func() { _ = cp.Shutdown(ctx) })
 	payload := testkit.WebhookPayload(t, "issues", "labeled", map[string]any{
 		"installation": map[string]any{"id": 77}, "label.name": ghapp.LabelPending, "issue.body": issueBody})
-	hookURL := "http://" + ln.Addr().String() + "/webhook"
+	hookURL := "http://" + addr + "/webhook"
 	post := func(secret string) int {
 		resp, err := http.DefaultClient.Do(testkit.WebhookRequest(t, hookURL, []byte(secret), "issues", "d-1", payload))
 		if err != nil {

@@ -194,7 +194,7 @@ func (a *app) githubParts(st *queue.Store, env githubEnv, hasApp bool) (*githubP
 // (push tokens minted per repository). Without an App it only answers /webhook with 503
 // naming what is missing; with one, the webhook secret and the private key are required
 // (exit 2).
-func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, error) {
+func (a *app) githubExtension(ctx context.Context, st *queue.Store) (*extension, error) {
 	env, hasApp, err := a.readGitHubEnv()
 	if err != nil {
 		return nil, err
@@ -219,6 +219,7 @@ func (a *app) githubExtension(_ context.Context, st *queue.Store) (*extension, e
 	}
 	var puller *ghapp.DeliveryPuller
 	if env.pull {
+		a.log.InfoContext(ctx, "pull mode: webhook deliveries are read from the App's delivery log", "interval", env.pullInterval)
 		puller = ghapp.NewDeliveryPuller(st, parts.factory, a.log, ghapp.PullConfig{
 			AppID: env.appID, Interval: env.pullInterval, Events: intake.Events(),
 			Receive: func(ctx context.Context, guid, event string, payload []byte) (string, error) {
