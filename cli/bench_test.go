@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 func runBench(t *testing.T, env map[string]string, args ...string) (stdout, stderr string) {
@@ -79,6 +81,21 @@ func TestBenchE2ESmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds whilly-worker: skipped with -short")
 	}
+	bin := buildWorker(t)
+	dsn := testkit.DSN(t)
+	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn},
+		"e2e", "--workers", "3", "--tasks", "60", "--worker-bin", bin)
+	last := lastLine(out)
+	if !regexp.MustCompile(`^tasks_per_s=\d+ workers=3 p99_task_overhead_ms=\d+\.\d\d$`).MatchString(last) {
+		t.Fatalf("last line %q is not the key=value summary\n%s", last, out)
+	}
+	t.Log(last)
+	assertNoScratch(t, dsn)
+}
+
+// buildWorker builds whilly-worker into a temporary directory.
+func buildWorker(t *testing.T) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "whilly-worker")
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -89,13 +106,33 @@ func TestBenchE2ESmall(t *testing.T) {
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build whilly-worker: %v\n%s", err, b)
 	}
+	return bin
+}
+
+// `whilly bench e2e --sandbox` runs the same command agent unboxed and in the sandbox in
+// one run and reports both, and what the box adds.
+func TestBenchE2ESandbox(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds whilly-worker: skipped with -short")
+	}
+	if err := sandbox.Check(context.Background()); err != nil {
+		t.Skipf("bubblewrap does not work here: %v", err)
+	}
+	bin := buildWorker(t)
 	dsn := testkit.DSN(t)
 	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn},
-		"e2e", "--workers", "3", "--tasks", "60", "--worker-bin", bin)
-	last := lastLine(out)
-	if !regexp.MustCompile(`^tasks_per_s=\d+ workers=3 p99_task_overhead_ms=\d+\.\d\d$`).MatchString(last) {
-		t.Fatalf("last line %q is not the key=value summary\n%s", last, out)
+		"e2e", "--sandbox", "--workers", "2", "--tasks", "20", "--worker-bin", bin, "--json")
+	var res SandboxResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
-	t.Log(last)
+	if res.Unboxed.Tasks != 20 || res.Boxed.Tasks != 20 || res.Boxed.OverheadP50Ms <= 0 || res.Unboxed.OverheadP50Ms <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if res.AddedP50Ms != res.Boxed.OverheadP50Ms-res.Unboxed.OverheadP50Ms {
+		t.Errorf("added p50 %.2f is not boxed - unboxed", res.AddedP50Ms)
+	}
+	t.Logf("the sandbox adds %.1f ms (p50) per attempt", res.AddedP50Ms)
 	assertNoScratch(t, dsn)
 }
