@@ -16,7 +16,7 @@ import (
 )
 
 // claudeAnswer is a Claude Code `--output-format json` result object carrying text, in
-// the shape the real CLI prints (see ../shared/fixtures/agent-output).
+// the shape the real CLI prints (see testdata/fixtures/agent-output).
 func claudeAnswer(t testing.TB, text string, cost float64) string {
 	t.Helper()
 	b, err := json.Marshal(map[string]any{

@@ -16,8 +16,7 @@ import (
 )
 
 // WebhookFixturesDir is where the real GitHub webhook payloads live: the repository's copy
-// in testdata/fixtures/github-webhooks, else the team's shared folder beside the
-// repository (../shared/fixtures/github-webhooks). The test fails when neither is there.
+// in testdata/fixtures/github-webhooks. The test fails when it is not there.
 func WebhookFixturesDir(t testing.TB) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
@@ -25,17 +24,11 @@ func WebhookFixturesDir(t testing.TB) string {
 		t.Fatal("testkit: cannot locate the testkit source to find the repository root")
 	}
 	root := filepath.Dir(filepath.Dir(filepath.Dir(file))) // internal/testkit/x.go → repo root
-	dirs := []string{
-		filepath.Join(root, "testdata", "fixtures", "github-webhooks"),
-		filepath.Join(root, "..", "shared", "fixtures", "github-webhooks"),
+	dir := filepath.Join(root, "testdata", "fixtures", "github-webhooks")
+	if _, err := os.Stat(filepath.Join(dir, "issues", "labeled.payload.json")); err != nil {
+		t.Fatalf("testkit: the GitHub webhook fixtures are missing from %s: %v", dir, err)
 	}
-	for _, dir := range dirs {
-		if _, err := os.Stat(filepath.Join(dir, "issues", "labeled.payload.json")); err == nil {
-			return dir
-		}
-	}
-	t.Fatalf("testkit: the GitHub webhook fixtures are missing: looked in %s", strings.Join(dirs, " and "))
-	return ""
+	return dir
 }
 
 // WebhookFixture decodes the real payload of event/file, e.g. ("issues", "labeled")
