@@ -498,13 +498,24 @@ func (c *Checkout) push(ctx context.Context) error {
 	var ge *gitError
 	if errors.As(err, &ge) {
 		for line := range strings.Lines(out + "\n" + ge.stderr) {
-			if strings.HasPrefix(line, "!") && strings.Contains(line, "[rejected]") &&
-				(strings.Contains(line, "fetch first") || strings.Contains(line, "non-fast-forward")) {
+			if pushLostRace(line) {
 				return errPushRejected
 			}
 		}
 	}
 	return err
+}
+
+// pushLostRace reports whether a line of `git push --porcelain` says the branch moved
+// under the push: a non-fast-forward rejection, or the remote refusing to create a branch
+// that another push created a moment before ("cannot lock ref …: reference already
+// exists", two tasks starting from the base). Either way fetch, rebase, push again.
+func pushLostRace(line string) bool {
+	if !strings.HasPrefix(line, "!") {
+		return false
+	}
+	return strings.Contains(line, "[rejected]") && (strings.Contains(line, "fetch first") || strings.Contains(line, "non-fast-forward")) ||
+		strings.Contains(line, "[remote rejected]") && strings.Contains(line, "reference already exists")
 }
 
 // rebase replays the task's commit on the branch's new head.
