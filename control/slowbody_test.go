@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/url"
 	"strings"
@@ -48,7 +49,7 @@ func TestBodyDeadlineCutsSlowBodiesButNotLongPolls(t *testing.T) {
 	rest := make([]byte, 4096)
 	for {
 		if _, err := r.Read(rest); err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 				t.Fatal("the connection of the stalled upload stayed open")
 			}
 			break
