@@ -172,6 +172,14 @@ func readOutputs(t *testing.T, path string) map[string]string {
 
 const agentScript = `#!/bin/sh
 cat >/dev/null
+# What a hostile agent can read of its own environment and every ancestor's.
+pid=$$
+while [ "$pid" -gt 1 ]; do
+  echo "--- process $pid" >>"$SPY_DIR/environ.$WHILLY_TASK_ID"
+  tr '\0' '\n' </proc/$pid/environ >>"$SPY_DIR/environ.$WHILLY_TASK_ID" 2>/dev/null || true
+  pid=$(awk '/^PPid:/ {print $2}' /proc/$pid/status)
+done
+ls -la "$RUNNER_TEMP" >>"$SPY_DIR/files.$WHILLY_TASK_ID" 2>&1 || true
 case "$WHILLY_TASK_ID" in
 T02) printf '{"result": "cannot", "total_cost_usd": 0.02, "is_error": true}\n'; exit 1 ;;
 SLOW) sleep 600 ;;
@@ -258,10 +266,9 @@ func TestActionStepsRunLocally(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// runAction runs the run step with inputs and returns the outputs, the summary and
-	// the step's log.
-	runAction := func(t *testing.T, inputs map[string]string) (map[string]string, string, string, error) {
-		dir := t.TempDir()
+	// runActionIn runs the run step with inputs, with dir as RUNNER_TEMP (where the agent
+	// writes what it spied), and returns the outputs, the summary and the step's log.
+	runActionIn := func(t *testing.T, dir string, inputs map[string]string) (map[string]string, string, string, error) {
 		outputs, summary := filepath.Join(dir, "output"), filepath.Join(dir, "summary.md")
 		for _, f := range []string{outputs, summary} {
 			if err := os.WriteFile(f, nil, 0o644); err != nil {
@@ -270,18 +277,29 @@ func TestActionStepsRunLocally(t *testing.T) {
 		}
 		inputs["control-url"], inputs["agent"] = srv.URL, "command"
 		log, err := runStep(t, md, *run, inputs, []string{"WHILLY_WORKER_BIN=" + bin, "RUNNER_TEMP=" + dir,
-			"WHILLY_AGENT_CMD=" + agentCmd, "GITHUB_OUTPUT=" + outputs, "GITHUB_STEP_SUMMARY=" + summary})
+			"WHILLY_AGENT_CMD=" + agentCmd, "GITHUB_OUTPUT=" + outputs, "GITHUB_STEP_SUMMARY=" + summary, "SPY_DIR=" + dir})
 		sb, rerr := os.ReadFile(summary)
 		if rerr != nil {
 			t.Fatal(rerr)
 		}
 		return readOutputs(t, outputs), string(sb), log, err
 	}
+	// runAction runs the run step with inputs and returns the outputs, the summary and
+	// the step's log.
+	runAction := func(t *testing.T, inputs map[string]string) (map[string]string, string, string, error) {
+		return runActionIn(t, t.TempDir(), inputs)
+	}
 
 	t.Run("drain", func(t *testing.T) {
 		t.Parallel()
 		importPlan("act", plan.Task{ID: "T00"}, plan.Task{ID: "T01"}, plan.Task{ID: "T02", MaxAttempts: 1})
-		outputs, summary, log, err := runAction(t, map[string]string{"bootstrap-token": bootstrap, "plan": "act"})
+		// The repository's secret: a bootstrap token scoped like the plans of one repository.
+		scoped, _, err := st.Mint(context.Background(), queue.TokenSpec{Owner: "act", Registrar: true, Scopes: queue.Scopes{"plan:act"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spy := t.TempDir()
+		outputs, summary, log, err := runActionIn(t, spy, map[string]string{"bootstrap-token": scoped, "plan": "act"})
 		if err != nil {
 			t.Fatalf("run step: %v\n%s", err, log)
 		}
@@ -294,8 +312,42 @@ func TestActionStepsRunLocally(t *testing.T) {
 		if !strings.Contains(summary, "### whilly worker") || !strings.Contains(summary, "| act | 2 | 1 | 0 | 0.04 | finished |") {
 			t.Errorf("summary:\n%s", summary)
 		}
-		if strings.Contains(log, bootstrap) {
+		if strings.Contains(log, scoped) {
 			t.Error("the step's log shows the bootstrap token")
+		}
+		// The agent found the bootstrap token neither in its environment nor in its
+		// parents' (/proc/PID/environ), nor a file holding it.
+		spied, _ := filepath.Glob(filepath.Join(spy, "environ.*"))
+		if len(spied) != 3 {
+			t.Errorf("the agent recorded the environments of %d attempts, want 3", len(spied))
+		}
+		for _, f := range append(spied, filepath.Join(spy, "files.T00")) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Count(string(b), "--- process") < 3 && strings.HasPrefix(filepath.Base(f), "environ.") {
+				t.Errorf("%s holds fewer than 3 processes: the agent did not walk up to the worker and its step\n%s", filepath.Base(f), b)
+			}
+			if strings.Contains(string(b), scoped) || strings.Contains(string(b), "WHILLY_BOOTSTRAP_TOKEN=") {
+				t.Errorf("%s shows the bootstrap token:\n%s", filepath.Base(f), b)
+			}
+			if strings.HasPrefix(filepath.Base(f), "files.") && strings.Contains(string(b), "whilly-bootstrap.") {
+				t.Errorf("the bootstrap token's file is still there while the agent runs:\n%s", b)
+			}
+		}
+		// The worker it registered was confined to plan act, and revoked itself at exit.
+		ws, err := st.ListWorkers(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			if w.Hostname == "runner" {
+				continue
+			}
+			if strings.Join(w.Scopes, ",") != "plan:act" || w.Status != "revoked" {
+				t.Errorf("self-registered worker %s: scopes %v, status %s; want plan:act, revoked", w.ID, w.Scopes, w.Status)
+			}
 		}
 		pi, err := st.GetPlan(context.Background(), "act")
 		if err != nil || pi.Status != plan.PlanFailed || pi.Counts[plan.StatusDone] != 2 {

@@ -11,6 +11,9 @@
 # (read by whilly-worker itself, which keeps every WHILLY_*TOKEN* out of the agent's
 # environment) and INPUT_MAX_TASKS, INPUT_TIMEOUT_MINUTES, INPUT_LABELS,
 # INPUT_INSTALL_AGENT. Never interpolate an input into this script: they arrive as data.
+# The bootstrap token goes to whilly-worker in a private file (--bootstrap-token-file, which
+# the worker deletes once read), never in its environment: a process's initial environment
+# stays readable in /proc/PID/environ for as long as it runs.
 # WHILLY_WORKER_BIN sets where the binary is built (default under $RUNNER_TEMP), and
 # WHILLY_WORKSPACE_DIR where the checkouts go (default $RUNNER_TEMP/whilly-workspaces).
 set -euo pipefail
@@ -71,9 +74,23 @@ cell() {
   printf '%s' "${s//$'\n'/ }"
 }
 
+# hide_bootstrap moves the bootstrap token from the environment into a private file and
+# runs this script again without it: exec replaces this process, so its
+# /proc/PID/environ no longer shows the token (action.yml execs this script for the same
+# reason). whilly-worker reads the file (WHILLY_BOOTSTRAP_TOKEN_FILE) and deletes it.
+hide_bootstrap() {
+  local f
+  f="$(umask 077 && mktemp "$tmp/whilly-bootstrap.XXXXXX")"
+  printf '%s\n' "$WHILLY_BOOTSTRAP_TOKEN" >"$f" # printf is a builtin: no argv shows it
+  exec env -u WHILLY_BOOTSTRAP_TOKEN WHILLY_BOOTSTRAP_TOKEN_FILE="$f" bash "${BASH_SOURCE[0]}" run
+}
+
 run() {
+  [ -z "${WHILLY_BOOTSTRAP_TOKEN:-}" ] || hide_bootstrap
+  # The worker deletes the file once read; this covers a run that ends before it starts.
+  [ -z "${WHILLY_BOOTSTRAP_TOKEN_FILE:-}" ] || trap 'rm -f "$WHILLY_BOOTSTRAP_TOKEN_FILE"' EXIT
   [ -n "${WHILLY_CONTROL_URL:-}" ] || fail "the control-url input is required"
-  if [ -z "${WHILLY_WORKER_TOKEN:-}" ] && [ -z "${WHILLY_BOOTSTRAP_TOKEN:-}" ]; then
+  if [ -z "${WHILLY_WORKER_TOKEN:-}" ] && [ -z "${WHILLY_BOOTSTRAP_TOKEN_FILE:-}" ]; then
     fail "give the token (with worker-id) or the bootstrap-token input"
   fi
   if [ -n "${WHILLY_WORKER_TOKEN:-}" ] && [ -z "${WHILLY_WORKER_ID:-}" ]; then

@@ -20,11 +20,6 @@ func Branch(ref IssueRef) string { return "whilly/issue-" + strconv.Itoa(ref.Num
 
 // WorkspaceConfig tunes Workspaces.
 type WorkspaceConfig struct {
-	// TokenMinLife is how much life a cached push token must have left to be handed
-	// out again; default 35 min, so that a token outlives the task it is given to (the
-	// agent's default timeout is 30 min, then the push). GitHub's tokens last an hour:
-	// one repository costs a new token about every 25 minutes of work.
-	TokenMinLife time.Duration
 	// RepoTTL is how long a repository's default branch and installation are cached;
 	// default 1 h.
 	RepoTTL time.Duration
@@ -37,32 +32,24 @@ type WorkspaceConfig struct {
 // Workspaces hands the control plane the workspace of each claim of a GitHub plan tied
 // to a repository (its WorkspaceProvider): the HTTPS clone URL, the repository's
 // default branch as the base, the issue's branch, the App's bot as the commit author,
-// and a token minted for that one repository that can only push (contents: write).
-// Workers never see the App's key or an installation-wide token. Tokens, default
-// branches and the bot's identity are cached; it is safe for concurrent use.
+// and a token minted for that one claim and that one repository, that can only push
+// (contents: write). The token is recorded with the lease (sealed) and revoked when the
+// lease ends (PushTokens). Workers never see the App's key, an installation-wide token or
+// another lease's token. Default branches and the bot's identity are cached; it is safe
+// for concurrent use.
 type Workspaces struct {
 	clients Clients
+	store   *queue.Store
+	seal    *sealer
+	revoke  func(ctx context.Context, token string) error
 	gitURL  func(Repo) string
 	host    string
 	log     *slog.Logger
 	cfg     WorkspaceConfig
 
-	mu     sync.Mutex
-	tokens map[tokenKey]*tokenEntry
-	repos  map[string]repoEntry // lower-case owner/name
-	bot    *botIdentity
-}
-
-type tokenKey struct {
-	installation int64
-	repo         string // lower-case owner/name
-}
-
-// tokenEntry serialises the minting of one key's token, so that a burst of claims on a
-// repository mints one token, not one each.
-type tokenEntry struct {
-	mu  sync.Mutex
-	tok Token
+	mu    sync.Mutex
+	repos map[string]repoEntry // lower-case owner/name
+	bot   *botIdentity
 }
 
 type repoEntry struct {
@@ -73,25 +60,27 @@ type repoEntry struct {
 
 type botIdentity struct{ name, email string }
 
-// NewWorkspaces returns the workspaces of the App behind f.
-func NewWorkspaces(f *Factory, log *slog.Logger, cfg WorkspaceConfig) *Workspaces {
+// NewWorkspaces returns the workspaces of the App behind f; store records each lease's
+// push token for its revocation. The App (not only a token) must be configured.
+func NewWorkspaces(f *Factory, store *queue.Store, log *slog.Logger, cfg WorkspaceConfig) (*Workspaces, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.TokenMinLife <= 0 {
-		cfg.TokenMinLife = 35 * time.Minute
 	}
 	if cfg.RepoTTL <= 0 {
 		cfg.RepoTTL = time.Hour
 	}
-	return &Workspaces{clients: f, gitURL: f.GitURL, host: f.GitHost(), log: log, cfg: cfg,
-		tokens: map[tokenKey]*tokenEntry{}, repos: map[string]repoEntry{}}
+	seal, err := newSealer(f)
+	if err != nil {
+		return nil, err
+	}
+	return &Workspaces{clients: f, store: store, seal: seal, revoke: f.RevokeToken, gitURL: f.GitURL, host: f.GitHost(), log: log, cfg: cfg,
+		repos: map[string]repoEntry{}}, nil
 }
 
-// Workspace returns the workspace of a claim of plan p; it has the signature of
+// Workspace returns the workspace of the claim l of plan p; it has the signature of
 // control.WorkspaceProvider. A plan without an issue (imported from a file) gets none:
 // whilly has no branch to deliver it on.
-func (w *Workspaces) Workspace(ctx context.Context, p queue.PlanInfo) (*client.Workspace, error) {
+func (w *Workspaces) Workspace(ctx context.Context, p queue.PlanInfo, l queue.Lease) (*client.Workspace, error) {
 	if p.Repo == "" || p.GitHubIssueRef == "" {
 		return nil, nil
 	}
@@ -122,6 +111,9 @@ func (w *Workspaces) Workspace(ctx context.Context, p queue.PlanInfo) (*client.W
 	if err != nil {
 		return nil, fmt.Errorf("workspace of plan %s: %w", p.ID, err)
 	}
+	if err := w.record(ctx, l, inst, tok); err != nil {
+		return nil, fmt.Errorf("workspace of plan %s: %w", p.ID, err)
+	}
 	name, email := w.author(ctx, inst)
 	exp := tok.ExpiresAt
 	return &client.Workspace{
@@ -144,33 +136,30 @@ func (w *Workspaces) access(ctx context.Context, inst int64, repo Repo) (RepoInf
 	return info, tok, nil
 }
 
-// token returns a token for repo with at least TokenMinLife left, minting one when the
-// cached one is older.
+// token mints a new token for repo: one per claim, never shared.
 func (w *Workspaces) token(ctx context.Context, inst int64, repo Repo) (Token, error) {
-	key := tokenKey{installation: inst, repo: strings.ToLower(repo.String())}
-	w.mu.Lock()
-	e := w.tokens[key]
-	if e == nil {
-		e = &tokenEntry{}
-		w.tokens[key] = e
-	}
-	w.mu.Unlock()
-
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.tok.Value != "" && time.Until(e.tok.ExpiresAt) >= w.cfg.TokenMinLife {
-		return e.tok, nil
-	}
 	ac, err := w.clients.App(ctx)
 	if err != nil {
 		return Token{}, err
 	}
-	tok, err := ac.RepoToken(ctx, inst, repo)
-	if err != nil {
-		return Token{}, err
+	return ac.RepoToken(ctx, inst, repo)
+}
+
+// record keeps the lease's token, sealed, until PushTokens revokes it when the lease
+// ends. A token that cannot be recorded is revoked at once and not handed out.
+func (w *Workspaces) record(ctx context.Context, l queue.Lease, inst int64, tok Token) error {
+	sealed, err := w.seal.seal(tok.Value)
+	if err == nil {
+		err = w.store.RecordPushToken(ctx, queue.PushToken{LeaseID: l.LeaseID, PlanID: l.PlanID, TaskID: l.TaskID,
+			InstallationID: inst, Sealed: sealed, ExpiresAt: tok.ExpiresAt})
 	}
-	e.tok = tok
-	return tok, nil
+	if err == nil {
+		return nil
+	}
+	if rerr := w.revoke(context.WithoutCancel(ctx), tok.Value); rerr != nil {
+		w.log.WarnContext(ctx, "an unrecorded push token could not be revoked; it expires within the hour", "plan_id", l.PlanID, "error", rerr)
+	}
+	return err
 }
 
 // installation finds the installation of repo through the App (cached).

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,15 +21,36 @@ func issuePlan() queue.PlanInfo {
 	return queue.PlanInfo{ID: "gh/octo/shop/12", Repo: repo, GitHubIssueRef: "octo/shop#12", InstallationID: 7}
 }
 
+// lease makes a fresh lease of the issue plan's task T.
+func lease() queue.Lease {
+	return queue.Lease{PlanID: issuePlan().ID, TaskID: "T", LeaseID: uuid(), WorkerID: "w-1"}
+}
+
+var leaseSeq atomic.Int64
+
+func uuid() string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", leaseSeq.Add(1)) }
+
+// newWorkspaces returns the workspaces of f over a test database, and its store.
+func newWorkspaces(t *testing.T, f *app.Factory, cfg app.WorkspaceConfig) (*app.Workspaces, *queue.Store) {
+	t.Helper()
+	st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
+	ws, err := app.NewWorkspaces(f, st, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws, st
+}
+
 // A claim of an issue plan gets the clone URL, the default branch as the base, the
 // issue's branch, the bot as author and a token that can push to that one repository
-// and do nothing else; a burst of claims mints one token.
+// and do nothing else; every claim of a burst gets a token of its own, recorded with its
+// lease for revocation.
 func TestWorkspaceOfAnIssuePlan(t *testing.T) {
 	t.Parallel()
 	gh, f := newFake(t)
 	gh.Install(7, "octo/other")
 	gh.SetDefaultBranch(repo, "trunk")
-	ws := app.NewWorkspaces(f, nil, app.WorkspaceConfig{MaxFiles: 10})
+	ws, st := newWorkspaces(t, f, app.WorkspaceConfig{MaxFiles: 10})
 	ctx := context.Background()
 
 	var (
@@ -38,7 +60,7 @@ func TestWorkspaceOfAnIssuePlan(t *testing.T) {
 	)
 	for range 10 {
 		wg.Go(func() {
-			w, err := ws.Workspace(ctx, issuePlan())
+			w, err := ws.Workspace(ctx, issuePlan(), lease())
 			if err != nil || w == nil {
 				t.Errorf("workspace = %v, %v", w, err)
 				return
@@ -50,7 +72,7 @@ func TestWorkspaceOfAnIssuePlan(t *testing.T) {
 	}
 	wg.Wait()
 	reads := gh.CountRequests("GET", `/repos/octo/shop`)
-	w, err := ws.Workspace(ctx, issuePlan())
+	w, err := ws.Workspace(ctx, issuePlan(), lease())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,21 +85,32 @@ func TestWorkspaceOfAnIssuePlan(t *testing.T) {
 	if w.TokenExpiresAt == nil || time.Until(*w.TokenExpiresAt) < 50*time.Minute {
 		t.Errorf("token expires at %v, want about an hour from now", w.TokenExpiresAt)
 	}
-	for _, tok := range got {
-		if tok != w.Token {
-			t.Fatalf("the burst of claims got different tokens")
-		}
+	got = append(got, w.Token)
+	slices.Sort(got)
+	if len(slices.Compact(got)) != 11 {
+		t.Fatalf("11 claims got %d different tokens, want one each", len(slices.Compact(got)))
 	}
-	reqs := gh.TokenRequests()
 	var scoped []testkit.TokenRequest
-	for _, r := range reqs {
+	for _, r := range gh.TokenRequests() {
 		if r.Repositories != nil {
 			scoped = append(scoped, r)
+			if !slices.Equal(r.Repositories, []string{"shop"}) || r.Installation != 7 || len(r.Permissions) != 1 || r.Permissions["contents"] != "write" {
+				t.Errorf("scoped token request = %+v, want shop with contents: write only", r)
+			}
 		}
 	}
-	if len(scoped) != 1 || !slices.Equal(scoped[0].Repositories, []string{"shop"}) || scoped[0].Installation != 7 ||
-		len(scoped[0].Permissions) != 1 || scoped[0].Permissions["contents"] != "write" {
-		t.Errorf("scoped token requests = %+v, want one for shop with contents: write only", scoped)
+	if len(scoped) != 11 {
+		t.Errorf("%d scoped token requests, want 11", len(scoped))
+	}
+	// Each is recorded (sealed: the token itself is nowhere in the database) for revocation.
+	ended, err := st.EndedPushTokens(ctx, issuePlan().ID, 100) // no task holds these leases
+	if err != nil || len(ended) != 11 {
+		t.Fatalf("recorded push tokens: %d, %v; want 11", len(ended), err)
+	}
+	for _, pt := range ended {
+		if strings.Contains(string(pt.Sealed), "ghs_") || pt.InstallationID != 7 {
+			t.Errorf("push token record %+v: want installation 7 and the token sealed", pt)
+		}
 	}
 	if n := gh.CountRequests("GET", `/repos/octo/shop`); n != reads || n == 0 {
 		t.Errorf("%d reads of the repository after %d, want none more (cached)", n, reads)
@@ -110,56 +143,30 @@ func TestWorkspaceOfAnIssuePlan(t *testing.T) {
 	}
 }
 
-// A token with less than TokenMinLife left is not handed out again: a new one is minted.
-func TestWorkspaceTokenIsRenewedBeforeItCouldExpireMidTask(t *testing.T) {
-	t.Parallel()
-	gh, f := newFake(t)
-	gh.SetTokenTTL(30 * time.Minute)
-	ws := app.NewWorkspaces(f, nil, app.WorkspaceConfig{})
-	ctx := context.Background()
-	a, err := ws.Workspace(ctx, issuePlan())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ws.Workspace(ctx, issuePlan())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.Token == b.Token {
-		t.Error("a token with 30 min left was handed out again; the default minimum is 35 min")
-	}
-	gh.SetTokenTTL(time.Hour)
-	c, _ := ws.Workspace(ctx, issuePlan())
-	d, _ := ws.Workspace(ctx, issuePlan())
-	if c.Token != d.Token {
-		t.Error("a fresh one-hour token was not reused")
-	}
-}
-
 func TestWorkspaceOnlyForIssuePlansAndFindsTheInstallation(t *testing.T) {
 	t.Parallel()
 	gh, f := newFake(t)
-	ws := app.NewWorkspaces(f, nil, app.WorkspaceConfig{})
+	ws, _ := newWorkspaces(t, f, app.WorkspaceConfig{})
 	ctx := context.Background()
 	for _, p := range []queue.PlanInfo{{ID: "local"}, {ID: "file", Repo: repo}} {
-		if w, err := ws.Workspace(ctx, p); w != nil || err != nil {
+		if w, err := ws.Workspace(ctx, p, lease()); w != nil || err != nil {
 			t.Errorf("plan %+v: workspace %v, %v; want none", p, w, err)
 		}
 	}
 	p := issuePlan()
 	p.InstallationID = 0 // taken in with WHILLY_GITHUB_TOKEN
-	if w, err := ws.Workspace(ctx, p); err != nil || w == nil || w.Token == "" {
+	if w, err := ws.Workspace(ctx, p, lease()); err != nil || w == nil || w.Token == "" {
 		t.Fatalf("workspace of a token-intake plan = %v, %v", w, err)
 	}
 	if n := gh.CountRequests("GET", `/repos/octo/shop/installation`); n != 1 {
 		t.Errorf("%d installation look-ups, want 1", n)
 	}
 	p.InstallationID = 99 // the App was installed anew since the intake
-	if w, err := ws.Workspace(ctx, p); err != nil || w == nil || w.Token == "" {
+	if w, err := ws.Workspace(ctx, p, lease()); err != nil || w == nil || w.Token == "" {
 		t.Fatalf("workspace of a plan whose installation is gone = %v, %v; want the new installation's", w, err)
 	}
 	p.Repo = "octo/missing"
-	if _, err := ws.Workspace(ctx, p); !errors.Is(err, app.ErrNotFound) {
+	if _, err := ws.Workspace(ctx, p, lease()); !errors.Is(err, app.ErrNotFound) {
 		t.Errorf("workspace of a repository the App does not cover = %v, want ErrNotFound", err)
 	}
 }

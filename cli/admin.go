@@ -18,16 +18,40 @@ func (a *app) adminCommand() *cobra.Command {
 	token := &cobra.Command{Use: "token", Short: "Mint, list and revoke API tokens (admin or read-only)"}
 
 	var owner, expires string
-	var admin bool
+	var admin, bootstrap bool
+	var scopeList []string
 	mint := &cobra.Command{
-		Use:   "mint --owner EMAIL [--admin] [--expires 30d]",
+		Use:   "mint --owner EMAIL [--admin | --bootstrap] [--scope S]... [--expires 30d]",
 		Short: "Mint an API token and print it (alone, on stdout); it is shown only once",
 		Long: `Mint an API token. Read tokens may call every GET endpoint; admin tokens may also change
-plans and register workers (like the bootstrap token). Only the token's SHA-256 is stored.`,
+plans and register workers. A bootstrap token (--bootstrap) may only register workers
+(POST /v1/workers/register), nothing else. Only the token's SHA-256 is stored.
+
+--scope limits a read or bootstrap token, and every worker a bootstrap token registers,
+to some plans: installation:ID (a GitHub App installation), repo:OWNER/NAME, plan:ID.
+Repeat it for more; a plan outside every scope answers 404 and is never claimed.
+
+Example: a bootstrap token for one repository's GitHub Actions, stored as its secret:
+
+  whilly admin token mint --bootstrap --scope repo:acme/shop --expires 90d \
+    | gh secret set WHILLY_BOOTSTRAP_TOKEN --repo acme/shop`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if admin && bootstrap {
+				return failf("choose --admin or --bootstrap, not both")
+			}
+			if admin && len(scopeList) > 0 {
+				return failf("an admin token cannot be scoped: drop --scope, or mint a read or --bootstrap token")
+			}
+			if owner == "" && bootstrap {
+				owner = "bootstrap"
+			}
 			if owner == "" {
 				return failf("admin token mint needs --owner (who the token is for)")
+			}
+			scopes, err := queue.ParseScopes(scopeList)
+			if err != nil {
+				return failf("%v", err)
 			}
 			var exp *time.Time
 			if expires != "" {
@@ -39,18 +63,20 @@ plans and register workers (like the bootstrap token). Only the token's SHA-256 
 				exp = &t
 			}
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
-				tok, info, err := st.MintToken(cmd.Context(), owner, admin, exp)
+				tok, info, err := st.Mint(cmd.Context(), queue.TokenSpec{Owner: owner, Admin: admin, Registrar: bootstrap, Scopes: scopes, ExpiresAt: exp})
 				if err != nil {
 					return err
 				}
 				a.printf("%s\n", tok)
-				fmt.Fprintf(a.io.Err, "minted %s token %s for %s\n", role(info.Admin), info.Prefix, info.Owner)
+				fmt.Fprintf(a.io.Err, "minted %s token %s for %s%s\n", role(info), info.Prefix, info.Owner, scopeNote(info.Scopes))
 				return nil
 			})
 		},
 	}
 	mint.Flags().StringVar(&owner, "owner", "", "who the token is for (e-mail or name)")
 	mint.Flags().BoolVar(&admin, "admin", false, "an admin token (default: read-only)")
+	mint.Flags().BoolVar(&bootstrap, "bootstrap", false, "a bootstrap token: it may only register workers")
+	mint.Flags().StringArrayVar(&scopeList, "scope", nil, "limit the token (and the workers it registers): installation:ID, repo:OWNER/NAME or plan:ID; repeatable")
 	mint.Flags().StringVar(&expires, "expires", "", "lifetime such as 30d or 12h (default: never expires)")
 
 	var asJSON bool
@@ -68,9 +94,9 @@ plans and register workers (like the bootstrap token). Only the token's SHA-256 
 					return a.writeJSON(map[string]any{"tokens": ts})
 				}
 				tw := newTable(a.io.Out)
-				tw.row("PREFIX", "ROLE", "OWNER", "CREATED", "EXPIRES", "REVOKED")
+				tw.row("PREFIX", "ROLE", "OWNER", "SCOPES", "CREATED", "EXPIRES", "REVOKED")
 				for _, t := range ts {
-					tw.row(t.Prefix, role(t.Admin), t.Owner, stamp(&t.CreatedAt), stamp(t.ExpiresAt), stamp(t.RevokedAt))
+					tw.row(t.Prefix, role(t), t.Owner, scopeText(t.Scopes), stamp(&t.CreatedAt), stamp(t.ExpiresAt), stamp(t.RevokedAt))
 				}
 				return tw.flush()
 			})
@@ -97,11 +123,29 @@ plans and register workers (like the bootstrap token). Only the token's SHA-256 
 	return cmd
 }
 
-func role(admin bool) string {
-	if admin {
+func role(t queue.APIToken) string {
+	switch {
+	case t.Admin:
 		return "admin"
+	case t.Registrar:
+		return "bootstrap"
 	}
 	return "read"
+}
+
+// scopeText shows scopes in a table cell; "-" is no limit.
+func scopeText(sc queue.Scopes) string {
+	if sc.Unlimited() {
+		return "-"
+	}
+	return strings.Join(sc, ",")
+}
+
+func scopeNote(sc queue.Scopes) string {
+	if sc.Unlimited() {
+		return ""
+	}
+	return " (scopes " + strings.Join(sc, ", ") + ")"
 }
 
 func stamp(t *time.Time) string {
@@ -132,9 +176,9 @@ func (a *app) workerCommand() *cobra.Command {
 					return nil
 				}
 				tw := newTable(a.io.Out)
-				tw.row("WORKER", "STATUS", "HOST", "LABELS", "LAST HEARTBEAT", "REGISTERED")
+				tw.row("WORKER", "STATUS", "HOST", "LABELS", "SCOPES", "LAST HEARTBEAT", "REGISTERED")
 				for _, w := range ws {
-					tw.row(w.ID, w.Status, w.Hostname, fmt.Sprint(w.Labels), stamp(w.LastHeartbeat), stamp(&w.RegisteredAt))
+					tw.row(w.ID, w.Status, w.Hostname, fmt.Sprint(w.Labels), scopeText(w.Scopes), stamp(w.LastHeartbeat), stamp(&w.RegisteredAt))
 				}
 				return tw.flush()
 			})
@@ -162,13 +206,22 @@ func (a *app) workerCommand() *cobra.Command {
 
 func (a *app) workerRegister() *cobra.Command {
 	var connect, bootstrap, labels string
+	var scopeList []string
 	var insecure, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "register --connect URL --bootstrap-token T [--labels a,b]",
+		Use:   "register --connect URL --bootstrap-token T [--labels a,b] [--scope S]...",
 		Short: "Register a worker with a control plane and print its id and token",
 		Long: `Register a worker with a control plane and print "worker_id: ID" and "token: TOKEN".
 The token is shown only once: give it to whilly-worker as WHILLY_WORKER_TOKEN.
-The bootstrap token may also come from WHILLY_BOOTSTRAP_TOKEN (safer than a flag).`,
+The bootstrap token may also come from WHILLY_BOOTSTRAP_TOKEN (safer than a flag).
+
+--scope (installation:ID, repo:OWNER/NAME, plan:ID; repeatable) limits the plans the
+worker may read and claim. Without it the worker gets the bootstrap token's scopes; a
+scoped bootstrap token refuses scopes wider than its own.
+
+Example:
+  WHILLY_BOOTSTRAP_TOKEN=whilly_b_… whilly worker register --connect https://whilly.example.com \
+    --labels linux --scope repo:acme/shop`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if connect == "" {
@@ -191,7 +244,11 @@ The bootstrap token may also come from WHILLY_BOOTSTRAP_TOKEN (safer than a flag
 				return envf("%v", err)
 			}
 			host, _ := os.Hostname()
-			res, err := api.Register(cmd.Context(), client.RegisterRequest{Hostname: host, Labels: splitComma(labels)})
+			scopes, err := queue.ParseScopes(scopeList)
+			if err != nil {
+				return failf("%v", err)
+			}
+			res, err := api.Register(cmd.Context(), client.RegisterRequest{Hostname: host, Labels: splitComma(labels), Scopes: scopes.Strings()})
 			if err != nil {
 				if client.StatusOf(err) == 0 {
 					return envf("cannot reach the control plane at %s: %v", connect, err)
@@ -202,12 +259,16 @@ The bootstrap token may also come from WHILLY_BOOTSTRAP_TOKEN (safer than a flag
 				return a.writeJSON(res)
 			}
 			a.printf("worker_id: %s\ntoken: %s\n", res.WorkerID, res.Token)
+			if len(res.Scopes) > 0 {
+				a.printf("scopes: %s\n", strings.Join(res.Scopes, ","))
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&connect, "connect", "", "control plane URL (default $WHILLY_CONTROL_URL)")
 	cmd.Flags().StringVar(&bootstrap, "bootstrap-token", "", "bootstrap token (prefer $WHILLY_BOOTSTRAP_TOKEN: flags show in ps)")
 	cmd.Flags().StringVar(&labels, "labels", "", "comma-separated labels the worker offers (gpu, linux …)")
+	cmd.Flags().StringArrayVar(&scopeList, "scope", nil, "limit the worker: installation:ID, repo:OWNER/NAME or plan:ID; repeatable")
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "allow plain http:// to a non-loopback host")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd

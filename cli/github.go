@@ -233,22 +233,31 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store) (*extension,
 	}
 	rec := ghapp.NewReconciler(st, parts.factory, a.log, ghapp.ReconcileConfig{
 		Interval: env.reconcile, Dispatcher: parts.dispatcher, NoRedeliver: env.pull})
-	ws := ghapp.NewWorkspaces(parts.factory, a.log, ghapp.WorkspaceConfig{})
-	schedules := []queue.Schedule{rec.Schedule()}
+	ws, err := ghapp.NewWorkspaces(parts.factory, st, a.log, ghapp.WorkspaceConfig{})
+	if err != nil {
+		return nil, envf("set up push tokens: %w", err)
+	}
+	push := ghapp.NewPushTokens(st, parts.factory, a.log, 0)
+	schedules := []queue.Schedule{rec.Schedule(), push.Schedule()}
 	if puller != nil {
 		schedules = append(schedules, puller.Schedule())
 	}
 	return &extension{
 		planChanged: func(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], planID string) error {
-			if rc == nil {
-				return parts.mirror.PlanChanged(ctx, tx, parts.jobs, planID)
+			var jobs ghapp.Jobs = parts.jobs
+			if rc != nil {
+				jobs = rc
 			}
-			return parts.mirror.PlanChanged(ctx, tx, rc, planID)
+			if err := push.PlanChanged(ctx, tx, jobs, planID); err != nil {
+				return err
+			}
+			return parts.mirror.PlanChanged(ctx, tx, jobs, planID)
 		},
 		register: func(w *river.Workers) []*river.PeriodicJob {
 			river.AddWorker(w, parts.intake.Worker())
 			river.AddWorker(w, parts.mirror.Worker())
 			river.AddWorker(w, rec.Worker())
+			river.AddWorker(w, push.Worker())
 			if parts.dispatcher != nil {
 				river.AddWorker(w, parts.dispatcher.Worker())
 			}

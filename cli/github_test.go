@@ -59,8 +59,9 @@ func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 	w := river.NewWorkers()
 	// The reconciler is enqueued by this process itself, not by whichever process leads
 	// River, and the GitHub jobs have a queue that only this process works.
-	if periodic := ext.register(w); len(periodic) != 0 || len(ext.schedules) != 1 || ext.schedules[0].Name != ghapp.KindReconcile {
-		t.Errorf("%d River periodic jobs and schedules %+v; want the reconciler scheduled by the process", len(periodic), ext.schedules)
+	if periodic := ext.register(w); len(periodic) != 0 || len(ext.schedules) != 2 || ext.schedules[0].Name != ghapp.KindReconcile ||
+		ext.schedules[1].Name != ghapp.KindRevokePushTokens {
+		t.Errorf("%d River periodic jobs and schedules %+v; want the reconciler and the push token sweep scheduled by the process", len(periodic), ext.schedules)
 	}
 	if _, ok := ext.queues[queue.QueueGitHub]; !ok {
 		t.Errorf("queues %v do not include %s", ext.queues, queue.QueueGitHub)

@@ -18,19 +18,35 @@ type role int
 
 const (
 	roleWorker    role = iota // a worker token
-	roleReader                // any valid token: worker, read, admin or bootstrap
-	roleAdmin                 // an admin API token or the bootstrap token
-	roleRegistrar             // registers workers: the bootstrap token or an admin token
+	roleReader                // a worker, read or admin token, within its scopes
+	roleAdmin                 // an admin API token
+	roleRegistrar             // registers workers: a bootstrap (registrar) token or an admin token
 )
 
 // principal is who a request's token belongs to.
 type principal struct {
 	worker *queue.Worker   // a worker token
 	token  *queue.APIToken // an API token
-	boot   bool            // the bootstrap token
+	boot   bool            // the bootstrap token of the environment (an unscoped registrar)
 }
 
-func (p principal) admin() bool { return p.boot || (p.token != nil && p.token.Admin) }
+func (p principal) admin() bool { return p.token != nil && p.token.Admin }
+
+// registrar reports whether the token may only register workers: the bootstrap token of
+// the environment, or one minted with --bootstrap.
+func (p principal) registrar() bool { return p.boot || (p.token != nil && p.token.Registrar) }
+
+// scopes are what the principal may read and claim (and what the workers a registrar
+// registers inherit); empty is everything.
+func (p principal) scopes() queue.Scopes {
+	switch {
+	case p.worker != nil:
+		return p.worker.Scopes
+	case p.token != nil && !p.token.Admin:
+		return p.token.Scopes
+	}
+	return nil
+}
 
 type principalKey struct{}
 
@@ -170,10 +186,13 @@ func (s *Server) auth(need role) func(http.Handler) http.Handler {
 					deny = "This endpoint needs an admin token."
 				}
 			case roleRegistrar:
-				if !p.admin() {
+				if !p.admin() && !p.registrar() {
 					deny = "Registering a worker needs the bootstrap token or an admin token."
 				}
 			case roleReader:
+				if p.registrar() {
+					deny = "A bootstrap token may only register workers (POST /v1/workers/register)."
+				}
 			}
 			if deny != "" {
 				s.writeError(w, r, errorf(http.StatusForbidden, codeForbidden, "%s", deny))

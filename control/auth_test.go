@@ -75,7 +75,7 @@ func TestAuthMatrix(t *testing.T) {
 		{"worker B", tokB, []int{403, 403, 204, 409, 200, 200, 200, 403, 403, 200, 200}},
 		{"read token", e.read, []int{403, 403, 403, 403, 200, 200, 200, 403, 403, 200, 200}},
 		{"admin token", e.admin, []int{201, 403, 403, 403, 200, 200, 200, 200, 200, 200, 200}},
-		{"bootstrap token", bootstrapToken, []int{201, 403, 403, 403, 200, 200, 200, 200, 200, 200, 200}},
+		{"bootstrap token", bootstrapToken, []int{201, 403, 403, 403, 403, 403, 403, 403, 403, 403, 403}},
 	} {
 		for i, rq := range requests {
 			status, body := e.do(rq.method, rq.path, tc.token, rq.body)

@@ -19,7 +19,7 @@ const eventPage = 1000
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := queue.EventFilter{PlanID: q.Get("plan_id")}
+	f := queue.EventFilter{PlanID: q.Get("plan_id"), Scopes: principalFrom(r.Context()).scopes()}
 	if len(f.PlanID) > maxIDBytes {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Parameter plan_id is too long."))
 		return
@@ -105,7 +105,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any write timeout; unsupported is fine
-	st := &sseStream{s: s, w: w, rc: rc, planID: planID, start: cursor, cursor: cursor, sent: &idWindow{hi: cursor}}
+	st := &sseStream{s: s, w: w, rc: rc, planID: planID, scopes: principalFrom(ctx).scopes(), start: cursor, cursor: cursor, sent: &idWindow{hi: cursor}}
 	if err := st.flush(); err != nil {
 		s.log.WarnContext(ctx, "event stream cannot flush", "error", err)
 		return
@@ -177,10 +177,11 @@ type sseStream struct {
 	w      http.ResponseWriter
 	rc     *http.ResponseController
 	planID string
-	start  int64     // the stream begins after this id
-	cursor int64     // the highest id sent, or start
-	sent   *idWindow // which recent ids were sent
-	held   bool      // the last catch-up stopped before an id still in flight
+	scopes queue.Scopes // only events of plans these allow
+	start  int64        // the stream begins after this id
+	cursor int64        // the highest id sent, or start
+	sent   *idWindow    // which recent ids were sent
+	held   bool         // the last catch-up stopped before an id still in flight
 }
 
 // idRange is a range of event ids of one plan ("" for any).
@@ -221,7 +222,7 @@ func (st *sseStream) late(ranges []idRange, n queue.Notification) []idRange {
 // transaction in flight may still commit; st.held says events were held back there.
 func (st *sseStream) catchUp(ctx context.Context) error {
 	for {
-		page, err := st.s.store.EventPage(ctx, queue.EventFilter{PlanID: st.planID, After: st.cursor, Limit: eventPage})
+		page, err := st.s.store.EventPage(ctx, queue.EventFilter{PlanID: st.planID, After: st.cursor, Limit: eventPage, Scopes: st.scopes})
 		if err != nil {
 			return err
 		}
@@ -248,7 +249,7 @@ const heldRecheck = 250 * time.Millisecond
 func (st *sseStream) sendLate(ctx context.Context, ranges []idRange) error {
 	for _, r := range ranges {
 		for after := r.lo - 1; after < r.hi; {
-			evs, err := st.s.store.Events(ctx, queue.EventFilter{PlanID: r.planID, After: after, Limit: eventPage})
+			evs, err := st.s.store.Events(ctx, queue.EventFilter{PlanID: r.planID, After: after, Limit: eventPage, Scopes: st.scopes})
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package control
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -36,6 +37,7 @@ func (s *Server) listPlans(w http.ResponseWriter, r *http.Request) {
 		}
 		pg.Status = st
 	}
+	pg.Scopes = principalFrom(r.Context()).scopes()
 	plans, next, err := s.store.ListPlans(r.Context(), pg)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -125,13 +127,26 @@ func importWire(r queue.ImportResult) client.ImportResult {
 	return client.ImportResult{PlanID: r.PlanID, PlanCreated: r.PlanCreated, TasksCreated: r.TasksCreated, TasksTotal: r.TasksTotal}
 }
 
+// scopedPlan reads plan id for the caller: a plan outside the caller's scopes is
+// answered exactly like one that does not exist (404), so its existence is not revealed.
+func (s *Server) scopedPlan(r *http.Request, id string) (queue.PlanInfo, error) {
+	p, err := s.store.GetPlan(r.Context(), id)
+	if err != nil {
+		return p, err
+	}
+	if !principalFrom(r.Context()).scopes().Allow(p) {
+		return queue.PlanInfo{}, fmt.Errorf("plan %s: %w", id, queue.ErrNotFound)
+	}
+	return p, nil
+}
+
 func (s *Server) getPlan(w http.ResponseWriter, r *http.Request) {
 	id, err := param(r, "plan")
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	p, err := s.store.GetPlan(r.Context(), id)
+	p, err := s.scopedPlan(r, id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -194,17 +209,15 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// Also tells an empty list from an unknown plan.
+	if _, err := s.scopedPlan(r, id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	tasks, err := s.store.Tasks(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
-	}
-	if len(tasks) == 0 {
-		// An empty list and an unknown plan look alike: tell them apart.
-		if _, err := s.store.GetPlan(r.Context(), id); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
 	}
 	out := client.TaskList{Tasks: make([]client.Task, 0, len(tasks))}
 	for _, t := range tasks {

@@ -22,15 +22,16 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// WorkspaceProvider returns the workspace of a claim of plan p, a plan tied to a
-// repository (p.Repo set): clone URL, branch and a token minted for that one repository.
-// nil means the plan's tasks run without one.
-type WorkspaceProvider func(ctx context.Context, p queue.PlanInfo) (*client.Workspace, error)
+// WorkspaceProvider returns the workspace of the claim l of plan p, a plan tied to a
+// repository (p.Repo set): clone URL, branch and a token minted for that one claim and
+// that one repository, revoked when the lease ends. nil means the plan's tasks run
+// without one.
+type WorkspaceProvider func(ctx context.Context, p queue.PlanInfo, l queue.Lease) (*client.Workspace, error)
 
 // Config tunes the server. Zero values take the defaults.
 type Config struct {
-	// BootstrapToken (WHILLY_BOOTSTRAP_TOKEN) registers workers and acts as an admin
-	// token; empty disables it.
+	// BootstrapToken (WHILLY_BOOTSTRAP_TOKEN) registers workers and may do nothing else
+	// (SPEC §10); empty disables it.
 	BootstrapToken string
 	// MetricsToken (WHILLY_METRICS_TOKEN) guards /metrics when set.
 	MetricsToken string
@@ -138,6 +139,7 @@ func (s *Server) routes() chi.Router {
 		r.With(s.auth(roleRegistrar)).Post("/workers/register", s.register)
 		r.With(s.auth(roleWorker)).Post("/workers/{worker}/heartbeat", s.heartbeat)
 		r.With(s.auth(roleWorker)).Post("/workers/{worker}/release", s.releaseHeld)
+		r.With(s.auth(roleWorker)).Post("/workers/{worker}/revoke", s.revokeSelf)
 		r.With(s.auth(roleReader)).Get("/workers", s.listWorkers)
 		r.With(s.auth(roleWorker)).Post("/tasks/claim", s.claim)
 		r.With(s.auth(roleWorker)).Get("/tasks/outlook", s.outlook)

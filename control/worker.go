@@ -48,13 +48,50 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	wk, token, err := s.store.RegisterWorker(r.Context(), req.Hostname, req.Labels)
+	asked, err := queue.ParseScopes(req.Scopes)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.log.InfoContext(r.Context(), "worker registered", "worker_id", wk.ID, "hostname", wk.Hostname)
-	writeJSON(w, http.StatusCreated, client.RegisterResponse{WorkerID: wk.ID, Token: token, Labels: nonNil(wk.Labels)})
+	// A worker inherits its registrar's scopes and may narrow them, never widen them.
+	have := principalFrom(r.Context()).scopes()
+	scopes := asked
+	if scopes.Unlimited() {
+		scopes = have
+	}
+	if !have.Within(scopes) {
+		s.writeError(w, r, errorf(http.StatusForbidden, codeForbidden, "This token may only register workers within its scopes %s.", strings.Join(have, ", ")))
+		return
+	}
+	wk, token, err := s.store.RegisterScopedWorker(r.Context(), req.Hostname, req.Labels, scopes)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.InfoContext(r.Context(), "worker registered", "worker_id", wk.ID, "hostname", wk.Hostname, "scopes", []string(wk.Scopes))
+	writeJSON(w, http.StatusCreated, client.RegisterResponse{WorkerID: wk.ID, Token: token, Labels: nonNil(wk.Labels), Scopes: wk.Scopes.Strings()})
+}
+
+// revokeSelf revokes the calling worker's own token and releases what it holds: a worker
+// that registered itself ends its token's life when it exits.
+func (s *Server) revokeSelf(w http.ResponseWriter, r *http.Request) {
+	p := principalFrom(r.Context())
+	id, err := param(r, "worker")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if id != p.worker.ID {
+		s.writeError(w, r, errorf(http.StatusForbidden, codeForbidden, "This token belongs to another worker."))
+		return
+	}
+	n, err := s.store.RevokeWorker(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.InfoContext(r.Context(), "worker revoked itself", "worker_id", id, "tasks_released", n)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // ownWorker reads the worker id of the path, which must be the caller's own.
@@ -207,7 +244,15 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	qreq := queue.ClaimRequest{WorkerID: p.worker.ID, PlanID: req.PlanID, Labels: p.worker.Labels, Key: strings.ToLower(req.IdempotencyKey)}
+	if req.PlanID != "" {
+		// A plan outside the worker's scopes is answered like an unknown one.
+		if _, err := s.scopedPlan(r, req.PlanID); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	qreq := queue.ClaimRequest{WorkerID: p.worker.ID, PlanID: req.PlanID, Labels: p.worker.Labels, Scopes: p.worker.Scopes,
+		Key: strings.ToLower(req.IdempotencyKey)}
 	// A claim retried after its answer was lost gets the task it had claimed.
 	if held, err := s.store.HeldClaim(r.Context(), qreq); err != nil || held != nil {
 		if err != nil {
@@ -259,7 +304,7 @@ func (s *Server) deliver(r *http.Request, c *queue.Claim, waited float64) (*clie
 	if s.cfg.Workspaces != nil && c.Plan.Repo != "" && r.Context().Err() == nil {
 		ctx, cancel := context.WithTimeout(r.Context(), workspaceTimeout)
 		var err error
-		ws, err = s.cfg.Workspaces(ctx, c.Plan)
+		ws, err = s.cfg.Workspaces(ctx, c.Plan, l)
 		cancel()
 		if err != nil && r.Context().Err() == nil {
 			s.log.WarnContext(r.Context(), "no workspace for the claim; released", "plan_id", l.PlanID, "task_id", l.TaskID, "error", err)
@@ -437,7 +482,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	if req.ClaimNext != nil && !s.isDraining() {
 		p := principalFrom(r.Context())
 		t, next, err = s.store.CompleteAndClaim(r.Context(), l, in, queue.ClaimRequest{WorkerID: p.worker.ID, PlanID: req.ClaimNext.PlanID,
-			Labels: p.worker.Labels, Key: strings.ToLower(req.ClaimNext.IdempotencyKey)})
+			Labels: p.worker.Labels, Scopes: p.worker.Scopes, Key: strings.ToLower(req.ClaimNext.IdempotencyKey)})
 	} else {
 		t, err = s.store.Complete(r.Context(), l, in)
 	}
@@ -550,7 +595,11 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := client.WorkerList{Workers: make([]client.Worker, 0, len(ws))}
+	scopes := principalFrom(r.Context()).scopes()
 	for _, wk := range ws {
+		if !scopes.Within(wk.Scopes) {
+			continue // a scoped caller sees only workers confined to its own scopes
+		}
 		out.Workers = append(out.Workers, workerWire(wk))
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -572,7 +621,8 @@ func (s *Server) workerMe(w http.ResponseWriter, r *http.Request) {
 
 func workerWire(wk queue.Worker) client.Worker {
 	return client.Worker{ID: wk.ID, Hostname: wk.Hostname, Labels: nonNil(wk.Labels),
-		Status: wk.Status, LastHeartbeat: wk.LastHeartbeat, RegisteredAt: wk.RegisteredAt, RevokedAt: wk.RevokedAt}
+		Status: wk.Status, LastHeartbeat: wk.LastHeartbeat, RegisteredAt: wk.RegisteredAt, RevokedAt: wk.RevokedAt,
+		Scopes: wk.Scopes.Strings()}
 }
 
 // reasonClass maps a free-form failure reason to a bounded set of metric label values:

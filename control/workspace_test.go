@@ -24,7 +24,7 @@ func TestClaimCarriesTheWorkspaceOfRepositoryPlans(t *testing.T) {
 		asked  []string
 		broken bool
 	)
-	provider := func(_ context.Context, p queue.PlanInfo) (*client.Workspace, error) {
+	provider := func(_ context.Context, p queue.PlanInfo, _ queue.Lease) (*client.Workspace, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		asked = append(asked, p.ID+"@"+p.Repo)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
 )
 
@@ -274,7 +275,12 @@ func (c *cluster) importPlan(base string, doc []byte) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := c.api(base, bootstrapToken).ImportPlan(ctx, doc, false); err != nil {
+	// The bootstrap token only registers workers: importing takes an admin token.
+	admin, _, err := queue.NewStore(c.pool, nil, queue.Config{}).MintToken(ctx, "e2e", true, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.api(base, admin).ImportPlan(ctx, doc, false); err != nil {
 		c.t.Fatalf("import plan: %v", err)
 	}
 }

@@ -61,6 +61,7 @@ type env struct {
 	mirror  *app.Mirror
 	rec     *app.Reconciler
 	ws      *app.Workspaces
+	push    *app.PushTokens
 	disp    *app.Dispatcher // with envOptions.dispatch
 	hookURL string
 	secret  []byte
@@ -122,8 +123,12 @@ func newEnv(t testing.TB, o envOptions) *env {
 	mirror := app.NewMirror(base, f, log, mcfg)
 	rec := app.NewReconciler(base, f, log, app.ReconcileConfig{Dispatcher: disp})
 	workers := river.NewWorkers()
+	ws, err := app.NewWorkspaces(f, base, log, app.WorkspaceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := &env{t: t, ctx: ctx, gh: gh, pool: pool, mirror: mirror, rec: rec, secret: []byte("s3cret-for-tests"), body: o.body,
-		ws: app.NewWorkspaces(f, log, app.WorkspaceConfig{}), disp: disp}
+		ws: ws, push: app.NewPushTokens(base, f, log, 0), disp: disp}
 	cfg := &river.Config{
 		Logger: log, Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
 		Queues:      map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: 10}},
@@ -140,7 +145,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	e.river = rc
 	e.svc = intake.New(base, f, mirror, rc, log, intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners})
-	e.store = base.WithHooks(mirror.Hooks(rc))
+	e.store = base.WithHooks(queue.Hooks{PlanChanged: func(ctx context.Context, tx pgx.Tx, planID string) error {
+		if err := e.push.PlanChanged(ctx, tx, rc, planID); err != nil {
+			return err
+		}
+		return mirror.PlanChanged(ctx, tx, rc, planID)
+	}})
+	river.AddWorker(workers, e.push.Worker())
 	river.AddWorker(workers, e.svc.Worker())
 	river.AddWorker(workers, mirror.Worker())
 	river.AddWorker(workers, rec.Worker())

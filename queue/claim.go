@@ -45,7 +45,8 @@ WITH w AS (
 	  AND EXISTS (
 		SELECT 1 FROM plans p WHERE p.id = t.plan_id AND p.status = 'ACTIVE'
 		  AND (p.budget_usd IS NULL OR p.spent_usd < p.budget_usd)
-		  AND (NOT p.strict OR t.gate_verdict <> 'REJECT'))
+		  AND (NOT p.strict OR t.gate_verdict <> 'REJECT')
+		  AND %s)
 	  AND ` + depsFinished + `
 	ORDER BY %s
 	LIMIT (SELECT count(*) FROM w)
@@ -71,17 +72,18 @@ FROM (SELECT ` + taskColumns + `, n FROM claimed) c JOIN plans p ON p.id = c.pla
 )
 
 // handoffWorkers keeps, in a claim that follows completions in their transaction, only
-// the workers whose completion went through: the task ($7[n]) of plan $6 that the worker
+// the workers whose completion went through: the task ($8[n]) of plan $7 that the worker
 // held is DONE, written by this very transaction. A worker whose COMPLETE was refused
 // (409) is given nothing, and nothing is written for it.
-const handoffWorkers = `EXISTS (SELECT 1 FROM tasks x WHERE x.plan_id = $6 AND x.id = ($7::text[])[w.n]
+const handoffWorkers = `EXISTS (SELECT 1 FROM tasks x WHERE x.plan_id = $7 AND x.id = ($8::text[])[w.n]
 	AND x.claimed_by = w.id AND x.status = 'DONE' AND x.xmin::text::bigint = txid_current() % 4294967296)`
 
 var (
-	claimPlanSQL        = fmt.Sprintf(claimCand, `true`, `t.plan_id = $1`, `t.priority_rank, t.ord`)
-	claimAnySQL         = fmt.Sprintf(claimCand, `true`, `$1 = ''`, `t.priority_rank, t.plan_seq, t.ord`)
-	handoffClaimPlanSQL = fmt.Sprintf(claimCand, handoffWorkers, `t.plan_id = $1`, `t.priority_rank, t.ord`)
-	handoffClaimAnySQL  = fmt.Sprintf(claimCand, handoffWorkers, `$1 = ''`, `t.priority_rank, t.plan_seq, t.ord`)
+	claimScope          = scopeMatchSQL("$6")
+	claimPlanSQL        = fmt.Sprintf(claimCand, `true`, `t.plan_id = $1`, claimScope, `t.priority_rank, t.ord`)
+	claimAnySQL         = fmt.Sprintf(claimCand, `true`, `$1 = ''`, claimScope, `t.priority_rank, t.plan_seq, t.ord`)
+	handoffClaimPlanSQL = fmt.Sprintf(claimCand, handoffWorkers, `t.plan_id = $1`, claimScope, `t.priority_rank, t.ord`)
+	handoffClaimAnySQL  = fmt.Sprintf(claimCand, handoffWorkers, `$1 = ''`, claimScope, `t.priority_rank, t.plan_seq, t.ord`)
 )
 
 // Claim leases the next claimable task to the worker, writing CLAIM in the same
@@ -95,7 +97,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
 	}
 	var c *Claim
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		cs, err := claimTasks(ctx, tx, s.cfg.LeaseTTL, req.PlanID, req.Labels, []ClaimRequest{req})
+		cs, err := claimTasks(ctx, tx, s.cfg.LeaseTTL, req.PlanID, req.Labels, req.Scopes, []ClaimRequest{req})
 		if err != nil || cs[0] == nil {
 			return err
 		}
@@ -109,10 +111,10 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
 }
 
 // claimTasks claims a task for the worker of each request (nil where none was left), in
-// one statement.
-func claimTasks(ctx context.Context, q querier, ttl time.Duration, planID string, labels []string, reqs []ClaimRequest) ([]*Claim, error) {
+// one statement. The requests share labels and scopes.
+func claimTasks(ctx context.Context, q querier, ttl time.Duration, planID string, labels []string, scopes Scopes, reqs []ClaimRequest) ([]*Claim, error) {
 	b := hotBatch()
-	b.Queue(claimSQL(planID), claimArgs(ttl, planID, labels, reqs)...)
+	b.Queue(claimSQL(planID), claimArgs(ttl, planID, labels, scopes, reqs)...)
 	br := q.SendBatch(ctx, b)
 	rows, err := hotQuery(br)
 	cs, err := scanClaims(rows, err, len(reqs))
@@ -129,14 +131,15 @@ func claimSQL(planID string) string {
 	return claimAnySQL
 }
 
-// claimArgs are the parameters $1…$5 of a claim statement: the lease of a request with an
-// idempotency key gets the key as its id ($5), so a retried claim finds it (HeldClaim).
-func claimArgs(ttl time.Duration, planID string, labels []string, reqs []ClaimRequest) []any {
+// claimArgs are the parameters $1…$6 of a claim statement: the lease of a request with an
+// idempotency key gets the key as its id ($5), so a retried claim finds it (HeldClaim);
+// $6 are the scopes every task's plan must be allowed by.
+func claimArgs(ttl time.Duration, planID string, labels []string, scopes Scopes, reqs []ClaimRequest) []any {
 	workers, keys := make([]string, len(reqs)), make([]string, len(reqs))
 	for i, r := range reqs {
 		workers[i], keys[i] = r.WorkerID, r.Key
 	}
-	return []any{planID, nonNil(labels), workers, ttl.Seconds(), keys}
+	return []any{planID, nonNil(labels), workers, ttl.Seconds(), keys, scopes.Strings()}
 }
 
 // scanClaims reads the answer of a claim statement (rows, or the error of sending it)

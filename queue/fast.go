@@ -46,18 +46,18 @@ func hotQuery(br pgx.BatchResults) (pgx.Rows, error) {
 }
 
 // claimKey groups claims that one statement can answer: of the same plan (or any), by
-// workers with the same labels.
-type claimKey struct{ plan, labels string }
+// workers with the same labels and scopes.
+type claimKey struct{ plan, labels, scopes string }
 
 func keyOf(req ClaimRequest) claimKey {
 	labels := slices.Clone(req.Labels)
 	slices.Sort(labels)
-	return claimKey{plan: req.PlanID, labels: strings.Join(labels, "\x00")}
+	return claimKey{plan: req.PlanID, labels: strings.Join(labels, "\x00"), scopes: strings.Join(req.Scopes, "\x00")}
 }
 
 // claimBatch answers a batch of claims of one key (the claims group's run).
 func (s *Store) claimBatch(ctx context.Context, key claimKey, reqs []ClaimRequest) ([]*Claim, []error) {
-	cs, err := claimTasks(ctx, s.pool, s.cfg.LeaseTTL, key.plan, reqs[0].Labels, reqs)
+	cs, err := claimTasks(ctx, s.pool, s.cfg.LeaseTTL, key.plan, reqs[0].Labels, reqs[0].Scopes, reqs)
 	if err != nil {
 		return make([]*Claim, len(reqs)), fill(len(reqs), err)
 	}
@@ -259,7 +259,7 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff) 
 	}
 	b := hotBatch()
 	b.Queue(completeUnsettledSQL, completeArgs(key.plan, cs)...)
-	b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs), key.plan, tasks)...)
+	b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs[0].Scopes, reqs), key.plan, tasks)...)
 	br := s.pool.SendBatch(ctx, b)
 	out := make([]handedOff, len(hs))
 	rows, qerr := hotQuery(br)

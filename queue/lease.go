@@ -32,6 +32,7 @@ type ClaimRequest struct {
 	WorkerID string
 	PlanID   string
 	Labels   []string // the worker's labels; a task's labels must be among them
+	Scopes   Scopes   // the worker's scopes; a task's plan must be allowed by them
 	// Key, a UUID chosen by the worker, becomes the lease's id: a claim retried after its
 	// answer was lost finds the task it got (HeldClaim) instead of taking another.
 	Key string
@@ -92,13 +93,16 @@ type Worker struct {
 	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
 	RegisteredAt  time.Time  `json:"registered_at"`
 	RevokedAt     *time.Time `json:"revoked_at,omitempty"`
+	Scopes        Scopes     `json:"scopes"` // empty: every plan
 }
 
-// APIToken is an admin or read token (the secret itself is never stored).
+// APIToken is an admin, read or registrar token (the secret itself is never stored).
 type APIToken struct {
 	Prefix    string     `json:"prefix"`
 	Owner     string     `json:"owner"`
 	Admin     bool       `json:"admin"`
+	Registrar bool       `json:"registrar"` // a bootstrap token: registers workers, nothing else
+	Scopes    Scopes     `json:"scopes"`    // empty: every plan
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`

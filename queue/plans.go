@@ -653,6 +653,7 @@ type PlanPage struct {
 	After  string
 	Limit  int // default 50, at most 500
 	Status plan.PlanStatus
+	Scopes Scopes // only the plans these allow
 }
 
 // ListPlans returns a page of plans and the cursor of the next page ("" at the end).
@@ -662,7 +663,8 @@ func (s *Store) ListPlans(ctx context.Context, pg PlanPage) ([]PlanInfo, string,
 	}
 	pg.Limit = min(pg.Limit, 500)
 	rows, err := s.pool.Query(ctx, `SELECT `+planColumns+` FROM plans p
-		WHERE p.id > $1 AND ($2 = '' OR p.status = $2) ORDER BY p.id LIMIT $3`, pg.After, string(pg.Status), pg.Limit+1)
+		WHERE p.id > $1 AND ($2 = '' OR p.status = $2) AND `+scopeMatchSQL("$4")+` ORDER BY p.id LIMIT $3`,
+		pg.After, string(pg.Status), pg.Limit+1, pg.Scopes.Strings())
 	if err != nil {
 		return nil, "", fmt.Errorf("list plans: %w", err)
 	}

@@ -198,7 +198,8 @@ func jsonObject(v any) ([]byte, error) {
 type EventFilter struct {
 	PlanID string
 	After  int64
-	Limit  int // default 100, at most 1000
+	Limit  int    // default 100, at most 1000
+	Scopes Scopes // only events of plans these allow (limited: no event without a plan)
 }
 
 // unsettledSQL is the lowest event id a transaction in flight may still commit (NULL
@@ -239,8 +240,9 @@ func (s *Store) EventPage(ctx context.Context, f EventFilter) (EventPage, error)
 			EXISTS (SELECT 1 FROM events h WHERE h.id >= (SELECT id FROM u) AND h.id > $1)
 		FROM events e
 		WHERE e.id > $1 AND ($2 = '' OR e.plan_id = $2) AND e.id < coalesce((SELECT id FROM u), 9223372036854775807)
+		  AND ($4::text[] = '{}' OR e.plan_id IN (SELECT p.id FROM plans p WHERE `+scopeMatchSQL("$4")+`))
 		ORDER BY e.id
-		LIMIT $3`, f.After, f.PlanID, f.Limit)
+		LIMIT $3`, f.After, f.PlanID, f.Limit, f.Scopes.Strings())
 	if err != nil {
 		return EventPage{}, fmt.Errorf("list events: %w", err)
 	}

@@ -21,7 +21,8 @@ const (
 	workerTokenPrefix = "whilly_w_"
 	adminTokenPrefix  = "whilly_a_"
 	readTokenPrefix   = "whilly_r_"
-	tokenIDLen        = 8 // characters of the secret kept as its public prefix
+	bootTokenPrefix   = "whilly_b_" // a registrar (whilly admin token mint --bootstrap)
+	tokenIDLen        = 8           // characters of the secret kept as its public prefix
 )
 
 // newSecret returns a random 256-bit secret, URL-safe.
@@ -48,16 +49,22 @@ func randomID(prefix string) (string, error) {
 	return prefix + hex.EncodeToString(b), nil
 }
 
-const workerColumns = `id, hostname, labels, status, last_heartbeat, registered_at, revoked_at`
+const workerColumns = `id, hostname, labels, status, last_heartbeat, registered_at, revoked_at, scopes`
 
 func scanWorker(r pgx.Row) (Worker, error) {
 	var w Worker
-	err := r.Scan(&w.ID, &w.Hostname, &w.Labels, &w.Status, &w.LastHeartbeat, &w.RegisteredAt, &w.RevokedAt)
+	err := r.Scan(&w.ID, &w.Hostname, &w.Labels, &w.Status, &w.LastHeartbeat, &w.RegisteredAt, &w.RevokedAt, &w.Scopes)
 	return w, err
 }
 
-// RegisterWorker creates a worker and returns it with its token, shown this once.
+// RegisterWorker creates an unscoped worker and returns it with its token, shown this once.
 func (s *Store) RegisterWorker(ctx context.Context, hostname string, labels []string) (Worker, string, error) {
+	return s.RegisterScopedWorker(ctx, hostname, labels, nil)
+}
+
+// RegisterScopedWorker creates a worker limited to scopes (normalised, see ParseScopes;
+// empty: every plan) and returns it with its token, shown this once.
+func (s *Store) RegisterScopedWorker(ctx context.Context, hostname string, labels []string, scopes Scopes) (Worker, string, error) {
 	hostname = strings.TrimSpace(hostname)
 	if hostname == "" || len(hostname) > 255 {
 		return Worker{}, "", fmt.Errorf("hostname must be 1 to 255 characters: %w", ErrInvalid)
@@ -76,8 +83,8 @@ func (s *Store) RegisterWorker(ctx context.Context, hostname string, labels []st
 		return Worker{}, "", err
 	}
 	token := workerTokenPrefix + secret
-	w, err := scanWorker(s.pool.QueryRow(ctx, `INSERT INTO workers (id, hostname, token_hash, labels, last_heartbeat)
-		VALUES ($1, $2, $3, $4, now()) RETURNING `+workerColumns, id, hostname, hashToken(token), nonNil(labels)))
+	w, err := scanWorker(s.pool.QueryRow(ctx, `INSERT INTO workers (id, hostname, token_hash, labels, last_heartbeat, scopes)
+		VALUES ($1, $2, $3, $4, now(), $5) RETURNING `+workerColumns, id, hostname, hashToken(token), nonNil(labels), scopes.Strings()))
 	if err != nil {
 		return Worker{}, "", fmt.Errorf("register worker: %w", err)
 	}
@@ -143,42 +150,65 @@ func (s *Store) RevokeWorker(ctx context.Context, id string) (int, error) {
 	return released, nil
 }
 
-// MintToken creates an API token (admin, or read-only) and returns it, shown this once.
+// MintToken creates an unscoped API token (admin, or read-only) and returns it, shown
+// this once.
 func (s *Store) MintToken(ctx context.Context, owner string, admin bool, expiresAt *time.Time) (string, APIToken, error) {
-	owner = strings.TrimSpace(owner)
+	return s.Mint(ctx, TokenSpec{Owner: owner, Admin: admin, ExpiresAt: expiresAt})
+}
+
+// TokenSpec is an API token to mint: read-only unless Admin or Registrar.
+type TokenSpec struct {
+	Owner     string
+	Admin     bool       // changes plans, registers workers; never scoped
+	Registrar bool       // registers workers and nothing else (a bootstrap token)
+	Scopes    Scopes     // read and registrar tokens: what they (and workers they register) may see
+	ExpiresAt *time.Time // nil: never
+}
+
+// Mint creates an API token and returns it, shown this once.
+func (s *Store) Mint(ctx context.Context, spec TokenSpec) (string, APIToken, error) {
+	owner := strings.TrimSpace(spec.Owner)
 	if owner == "" {
 		return "", APIToken{}, fmt.Errorf("a token needs an owner: %w", ErrInvalid)
+	}
+	if spec.Admin && (spec.Registrar || !spec.Scopes.Unlimited()) {
+		return "", APIToken{}, fmt.Errorf("an admin token is neither a registrar nor scoped: %w", ErrInvalid)
 	}
 	secret, err := newSecret()
 	if err != nil {
 		return "", APIToken{}, err
 	}
 	kind := readTokenPrefix
-	if admin {
+	switch {
+	case spec.Admin:
 		kind = adminTokenPrefix
+	case spec.Registrar:
+		kind = bootTokenPrefix
 	}
 	token := kind + secret
-	t := APIToken{Prefix: kind + secret[:tokenIDLen], Owner: owner, Admin: admin, ExpiresAt: expiresAt}
-	err = s.pool.QueryRow(ctx, `INSERT INTO api_tokens (prefix, token_hash, owner, admin, expires_at)
-		VALUES ($1, $2, $3, $4, $5) RETURNING created_at`, t.Prefix, hashToken(token), owner, admin, expiresAt).Scan(&t.CreatedAt)
+	t := APIToken{Prefix: kind + secret[:tokenIDLen], Owner: owner, Admin: spec.Admin, Registrar: spec.Registrar,
+		Scopes: spec.Scopes.Strings(), ExpiresAt: spec.ExpiresAt}
+	err = s.pool.QueryRow(ctx, `INSERT INTO api_tokens (prefix, token_hash, owner, admin, registrar, scopes, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING created_at`, t.Prefix, hashToken(token), owner, t.Admin, t.Registrar,
+		t.Scopes, t.ExpiresAt).Scan(&t.CreatedAt)
 	if err != nil {
 		return "", APIToken{}, fmt.Errorf("mint token: %w", err)
 	}
 	return token, t, nil
 }
 
-const tokenColumns = `prefix, owner, admin, created_at, expires_at, revoked_at`
+const tokenColumns = `prefix, owner, admin, registrar, scopes, created_at, expires_at, revoked_at`
 
 func scanToken(r pgx.Row) (APIToken, error) {
 	var t APIToken
-	err := r.Scan(&t.Prefix, &t.Owner, &t.Admin, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt)
+	err := r.Scan(&t.Prefix, &t.Owner, &t.Admin, &t.Registrar, &t.Scopes, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt)
 	return t, err
 }
 
 // AuthenticateToken returns the live API token, or ErrUnauthorized when it is unknown,
 // revoked or expired.
 func (s *Store) AuthenticateToken(ctx context.Context, token string) (APIToken, error) {
-	if !strings.HasPrefix(token, adminTokenPrefix) && !strings.HasPrefix(token, readTokenPrefix) {
+	if !strings.HasPrefix(token, adminTokenPrefix) && !strings.HasPrefix(token, readTokenPrefix) && !strings.HasPrefix(token, bootTokenPrefix) {
 		return APIToken{}, ErrUnauthorized
 	}
 	t, err := scanToken(s.pool.QueryRow(ctx, `SELECT `+tokenColumns+` FROM api_tokens

@@ -26,9 +26,11 @@ const usage = `Usage: whilly-worker --connect URL [--token T | --token-file F] [
 The remote worker of whilly: it claims tasks from a control plane over HTTP(S), runs a
 coding agent on each under heartbeats, and reports the outcome and the cost.
 
-Without a worker token it registers itself with WHILLY_BOOTSTRAP_TOKEN and prints the new
-worker id and token on stderr. SIGTERM or SIGINT stops the agent's whole process group
-and releases the task before exiting.
+Without a worker token it registers itself with the bootstrap token
+(WHILLY_BOOTSTRAP_TOKEN_FILE, which it deletes once read, or WHILLY_BOOTSTRAP_TOKEN, which
+it removes from its environment), prints the new worker id on stderr, and revokes its own
+token when it exits. SIGTERM or SIGINT stops the agent's whole process group and releases
+the task before exiting.
 
 Exit codes: 0 done (--once, --drain, --max-tasks) or stopped by a signal, 1 an operation
 error, 2 a configuration error (all problems reported at once) or a control plane that
@@ -136,10 +138,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	if err != nil {
 		return fail(2, "%v", err)
 	}
+	boot, err := bootstrapToken(c, getenv)
+	if err != nil {
+		return fail(2, "%v", err)
+	}
 	if tok == "" {
-		boot, _ := c.Secret(config.BootstrapToken) // its error was reported by Check
 		if boot == "" {
-			return fail(2, "no worker token: set WHILLY_WORKER_TOKEN (or --token-file), or WHILLY_BOOTSTRAP_TOKEN to register")
+			return fail(2, "no worker token: set WHILLY_WORKER_TOKEN (or --token-file), or WHILLY_BOOTSTRAP_TOKEN_FILE (or WHILLY_BOOTSTRAP_TOKEN) to register")
 		}
 		host, _ := os.Hostname()
 		reg, err := api.WithToken(boot).Register(ctx, client.RegisterRequest{Hostname: host, Labels: config.SplitList(*labels)})
@@ -148,6 +153,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		}
 		fmt.Fprintf(stderr, "registered worker_id: %s\n", reg.WorkerID)
 		api, *workerID = api.WithToken(reg.Token), reg.WorkerID
+		defer revokeSelf(ctx, api, reg.WorkerID, log)
 	}
 	if *workerID == "" {
 		me, err := api.Me(ctx)
@@ -180,6 +186,36 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	default:
 		return fail(1, "%v", err)
 	}
+}
+
+// bootstrapToken reads the bootstrap token (WHILLY_BOOTSTRAP_TOKEN, or the file named by
+// WHILLY_BOOTSTRAP_TOKEN_FILE, which it deletes once read so that nothing started later
+// finds it) and takes WHILLY_BOOTSTRAP_TOKEN out of the process environment, so that no
+// child process inherits it. The initial environment stays readable in
+// /proc/self/environ: that is why the Action passes the token in a file.
+func bootstrapToken(c *config.Env, getenv func(string) string) (string, error) {
+	boot, _ := c.Secret(config.BootstrapToken) // its error was reported by Check
+	if err := os.Unsetenv(string(config.BootstrapToken)); err != nil {
+		return "", fmt.Errorf("remove %s from the environment: %w", config.BootstrapToken, err)
+	}
+	if file := strings.TrimSpace(getenv(string(config.BootstrapToken) + "_FILE")); file != "" && boot != "" {
+		if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("delete the bootstrap token file once read: %w", err)
+		}
+	}
+	return boot, nil
+}
+
+// revokeSelf ends the token of a worker that registered itself, as it exits: nobody
+// else holds that token, and it must not outlive the worker.
+func revokeSelf(ctx context.Context, api *client.Client, workerID string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if err := api.RevokeSelf(ctx, workerID); err != nil {
+		log.WarnContext(ctx, "could not revoke this worker's own token; revoke it with 'whilly worker revoke'", "worker_id", workerID, "error", err)
+		return
+	}
+	log.InfoContext(ctx, "worker token revoked", "worker_id", workerID)
 }
 
 // OpenSandbox opens the box of SPEC §16 for agentName's processes from WHILLY_SANDBOX,

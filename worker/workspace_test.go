@@ -193,7 +193,7 @@ func newRepoEnv(t *testing.T) *repoEnv {
 	ln := queue.NewListener(pool, nil)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = ln.Run(ctx) }()
-	provider := func(_ context.Context, p queue.PlanInfo) (*client.Workspace, error) {
+	provider := func(_ context.Context, p queue.PlanInfo, _ queue.Lease) (*client.Workspace, error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		ws := e.spec

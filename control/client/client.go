@@ -279,6 +279,15 @@ func (c *Client) Register(ctx context.Context, req RegisterRequest) (RegisterRes
 	return out, nil
 }
 
+// RevokeSelf revokes the worker's own token (the client's) and releases the tasks it
+// holds: a worker that registered itself calls it as it exits.
+func (c *Client) RevokeSelf(ctx context.Context, workerID string) error {
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "workers", workerID, "revoke"), nil, struct{}{}, nil); err != nil {
+		return fmt.Errorf("revoke worker %s: %w", workerID, err)
+	}
+	return nil
+}
+
 // Heartbeat extends the worker's leases and learns which tasks to abandon.
 func (c *Client) Heartbeat(ctx context.Context, workerID string, req HeartbeatRequest) (HeartbeatResponse, error) {
 	if req.Tasks == nil {

@@ -16,6 +16,9 @@ import (
 type RegisterRequest struct {
 	Hostname string   `json:"hostname"`
 	Labels   []string `json:"labels,omitempty"`
+	// Scopes narrow the worker to installation:ID, repo:OWNER/NAME or plan:ID (SPEC §10).
+	// Empty: the registrar's own scopes. A scoped registrar refuses wider ones (403).
+	Scopes []string `json:"scopes,omitempty"`
 }
 
 // RegisterResponse carries the new worker's id and its token, shown this once.
@@ -23,6 +26,7 @@ type RegisterResponse struct {
 	WorkerID string   `json:"worker_id"`
 	Token    string   `json:"token"`
 	Labels   []string `json:"labels"`
+	Scopes   []string `json:"scopes"` // empty: every plan
 }
 
 // HeldLease names a task the worker believes it holds.
@@ -347,6 +351,7 @@ type Worker struct {
 	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
 	RegisteredAt  time.Time  `json:"registered_at"`
 	RevokedAt     *time.Time `json:"revoked_at,omitempty"`
+	Scopes        []string   `json:"scopes"` // empty: every plan
 }
 
 // WorkerList is every registered worker, newest first.

@@ -124,6 +124,9 @@ func (t fakeToken) scoped() bool { return t.repos != nil || t.perms != nil }
 // mayCall reports whether a scoped token may make an API call (m: the route's match). A
 // push token may read its repositories' metadata and nothing else of the API.
 func (t fakeToken) mayCall(method, path string, m []string) bool {
+	if method == http.MethodDelete && path == "/installation/token" {
+		return true // every token may revoke itself
+	}
 	return method == http.MethodGet && repoMetadata.MatchString(path) && slices.Contains(t.repos, strings.ToLower(m[1]+"/"+m[2]))
 }
 
@@ -544,6 +547,7 @@ func (g *GitHub) routeTable() []fakeRoute {
 	}
 	return []fakeRoute{
 		rt("POST", `/app/installations/([0-9]+)/access_tokens`, authApp, g.accessToken),
+		rt("DELETE", `/installation/token`, authToken, g.revokeToken),
 		rt("GET", `/app`, authApp, g.getApp),
 		rt("POST", `/settings/apps/new`, authNone, g.newApp),
 		rt("POST", `/organizations/([^/]+)/settings/apps/new`, authNone, g.newApp),
@@ -584,11 +588,33 @@ func notFound(w http.ResponseWriter) int {
 }
 
 // TokenRequest is one installation token the fake minted, with the repositories and
-// permissions it was asked to restrict the token to (none: the whole installation).
+// permissions it was asked to restrict the token to (none: the whole installation), and
+// when it was revoked (DELETE /installation/token; zero: live). A revoked token is
+// refused from then on, by the API and by git.
 type TokenRequest struct {
 	Installation int64
 	Repositories []string
 	Permissions  map[string]string
+	Token        string
+	RevokedAt    time.Time
+}
+
+// revokeToken is DELETE /installation/token: the token of the request revokes itself.
+func (g *GitHub) revokeToken(w http.ResponseWriter, r *http.Request, _ int64, _ []string) int {
+	tok := strings.TrimPrefix(strings.TrimPrefix(r.Header.Get("Authorization"), "token "), "Bearer ")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.tokens[tok]; !ok {
+		return writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials"})
+	}
+	delete(g.tokens, tok)
+	for i := range g.tokenRequests {
+		if g.tokenRequests[i].Token == tok {
+			g.tokenRequests[i].RevokedAt = time.Now()
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return http.StatusNoContent
 }
 
 // TokenRequests returns the tokens minted so far.
@@ -647,8 +673,8 @@ func (g *GitHub) accessToken(w http.ResponseWriter, req *http.Request, _ int64, 
 			return writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"message": "Invalid permission level " + level})
 		}
 	}
-	g.tokenRequests = append(g.tokenRequests, TokenRequest{Installation: id, Repositories: slices.Clone(opts.Repositories), Permissions: opts.Permissions})
 	tok := "ghs_" + randomHex(g.t, 16)
+	g.tokenRequests = append(g.tokenRequests, TokenRequest{Installation: id, Repositories: slices.Clone(opts.Repositories), Permissions: opts.Permissions, Token: tok})
 	g.tokens[tok] = ft
 	out := map[string]any{"token": tok, "expires_at": ft.expires.UTC().Format(time.RFC3339)}
 	if ft.perms != nil {

@@ -1,0 +1,184 @@
+package app
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/whilly-go/whilly/queue"
+)
+
+// Push tokens (SPEC §16): every claim of a repository plan gets a token of its own,
+// minted for that one repository with contents: write only, handed to that lease alone,
+// and revoked on GitHub (DELETE /installation/token) once the lease ends — completed,
+// failed, released, expired, or its worker revoked. Until then the control plane keeps
+// the token in push_tokens, sealed with a key derived from the App's private key, so a
+// reader of the database alone gets nothing that pushes.
+
+// KindRevokePushTokens is the River job that revokes the push tokens of ended leases.
+// It is persisted: never rename it.
+const KindRevokePushTokens = "whilly.github_revoke_push_tokens"
+
+// RevokePushTokensArgs names the plan whose ended leases' tokens to revoke ("" every
+// plan: the periodic sweep).
+type RevokePushTokensArgs struct {
+	PlanID string `json:"plan_id,omitempty"`
+}
+
+// Kind implements river.JobArgs.
+func (RevokePushTokensArgs) Kind() string { return KindRevokePushTokens }
+
+// InsertOpts puts revocations in the GitHub queue, which only control planes with the
+// App work.
+func (RevokePushTokensArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: queue.QueueGitHub, MaxAttempts: 25}
+}
+
+// sealer seals push tokens with AES-256-GCM under a key derived from the App's key.
+type sealer struct{ aead cipher.AEAD }
+
+func newSealer(f *Factory) (*sealer, error) {
+	if f.key == nil {
+		return nil, ErrNoApp
+	}
+	der := x509.MarshalPKCS1PrivateKey(f.key)
+	key := sha256.Sum256(append([]byte("whilly push token seal v1\x00"), der...))
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		return nil, fmt.Errorf("push token seal: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("push token seal: %w", err)
+	}
+	return &sealer{aead: aead}, nil
+}
+
+func (s *sealer) seal(token string) ([]byte, error) {
+	nonce := make([]byte, s.aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("seal push token: %w", err)
+	}
+	return s.aead.Seal(nonce, nonce, []byte(token), nil), nil
+}
+
+func (s *sealer) open(sealed []byte) (string, error) {
+	n := s.aead.NonceSize()
+	if len(sealed) < n {
+		return "", errors.New("open push token: too short")
+	}
+	b, err := s.aead.Open(nil, sealed[:n], sealed[n:], nil)
+	if err != nil {
+		return "", fmt.Errorf("open push token (was the App's key changed?): %w", err)
+	}
+	return string(b), nil
+}
+
+// PushTokens revokes the push tokens of ended leases: in the transaction of every plan
+// change that ends one (PlanChanged) it enqueues the plan's revocation, and a periodic
+// sweep catches the rest (a lease that ended before its token was recorded).
+type PushTokens struct {
+	store *queue.Store
+	f     *Factory
+	log   *slog.Logger
+	every time.Duration
+}
+
+// NewPushTokens returns the revoker; sweep is the interval of the periodic sweep
+// (default 1 min).
+func NewPushTokens(store *queue.Store, f *Factory, log *slog.Logger, sweep time.Duration) *PushTokens {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if sweep <= 0 {
+		sweep = time.Minute
+	}
+	return &PushTokens{store: store, f: f, log: log, every: sweep}
+}
+
+// PlanChanged is the store's PlanChanged hook: when the change ended a lease that holds a
+// push token, it enqueues the plan's revocation job in the same transaction. Plans
+// without push tokens cost one index probe.
+func (p *PushTokens) PlanChanged(ctx context.Context, tx pgx.Tx, jobs Jobs, planID string) error {
+	ended, err := queue.HasEndedPushTokens(ctx, tx, planID)
+	if err != nil || !ended {
+		return err
+	}
+	if _, err := jobs.InsertTx(ctx, tx, RevokePushTokensArgs{PlanID: planID}, nil); err != nil {
+		return fmt.Errorf("enqueue push token revocation of plan %s: %w", planID, err)
+	}
+	return nil
+}
+
+// Worker returns the River worker of revocation jobs.
+func (p *PushTokens) Worker() river.Worker[RevokePushTokensArgs] { return &revokeWorker{p: p} }
+
+// Schedule is the sweep over every plan, which each control plane with the App enqueues.
+func (p *PushTokens) Schedule() queue.Schedule {
+	return queue.Schedule{Name: KindRevokePushTokens, Every: p.every, RunOnStart: true, Args: func() (river.JobArgs, *river.InsertOpts) {
+		return RevokePushTokensArgs{}, &river.InsertOpts{Queue: queue.QueueGitHub, UniqueOpts: river.UniqueOpts{ByPeriod: p.every}}
+	}}
+}
+
+type revokeWorker struct {
+	river.WorkerDefaults[RevokePushTokensArgs]
+	p *PushTokens
+}
+
+func (w *revokeWorker) Timeout(*river.Job[RevokePushTokensArgs]) time.Duration { return 2 * time.Minute }
+
+func (w *revokeWorker) Work(ctx context.Context, job *river.Job[RevokePushTokensArgs]) error {
+	return w.p.RevokeEnded(ctx, job.Args.PlanID)
+}
+
+// RevokeEnded revokes on GitHub the push token of every ended lease (of planID, or of
+// every plan when it is "") and forgets it. Tokens that expired are forgotten unasked.
+func (p *PushTokens) RevokeEnded(ctx context.Context, planID string) error {
+	s, err := newSealer(p.f)
+	if err != nil {
+		return err
+	}
+	for {
+		toks, err := p.store.EndedPushTokens(ctx, planID, 100)
+		if err != nil || len(toks) == 0 {
+			return err
+		}
+		for _, t := range toks {
+			if time.Now().Before(t.ExpiresAt) {
+				tok, err := s.open(t.Sealed)
+				if err == nil {
+					err = p.f.RevokeToken(ctx, tok)
+				}
+				if err != nil {
+					return fmt.Errorf("revoke the push token of lease %s of plan %s: %w", t.LeaseID, t.PlanID, err)
+				}
+			}
+			if err := p.store.DeletePushToken(ctx, t.LeaseID); err != nil {
+				return err
+			}
+			p.log.InfoContext(ctx, "push token revoked", "plan_id", t.PlanID, "task_id", t.TaskID, "lease_id", t.LeaseID)
+		}
+	}
+}
+
+// RevokeToken revokes an installation token with the token itself
+// (DELETE /installation/token). A token GitHub no longer knows (401, 404) counts as
+// revoked.
+func (f *Factory) RevokeToken(ctx context.Context, token string) error {
+	gh := f.newGitHub(f.tr, "push_token").WithAuthToken(token)
+	resp, err := gh.Apps.RevokeInstallationToken(ctx)
+	if resp != nil && (resp.StatusCode == 401 || resp.StatusCode == 404) {
+		return nil
+	}
+	return mapErr("revoke an installation token", resp, err)
+}

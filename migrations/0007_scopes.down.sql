@@ -1,0 +1,4 @@
+DROP TABLE IF EXISTS push_tokens;
+ALTER TABLE api_tokens DROP COLUMN IF EXISTS registrar;
+ALTER TABLE api_tokens DROP COLUMN IF EXISTS scopes;
+ALTER TABLE workers DROP COLUMN IF EXISTS scopes;

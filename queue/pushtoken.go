@@ -1,0 +1,72 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PushToken is the push token minted for one lease (SPEC §16), sealed by the GitHub App
+// package; it is revoked on GitHub once the lease has ended.
+type PushToken struct {
+	LeaseID        string
+	PlanID         string
+	TaskID         string
+	InstallationID int64
+	Sealed         []byte
+	ExpiresAt      time.Time
+}
+
+// leaseEnded holds for the push_tokens row pt whose lease no task holds any more.
+const leaseEnded = `NOT EXISTS (SELECT 1 FROM tasks t WHERE t.plan_id = pt.plan_id AND t.id = pt.task_id
+	AND t.lease_id = pt.lease_id AND t.status IN ('CLAIMED', 'IN_PROGRESS'))`
+
+// RecordPushToken remembers the push token handed to a lease, until it is revoked.
+func (s *Store) RecordPushToken(ctx context.Context, t PushToken) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO push_tokens (lease_id, plan_id, task_id, installation_id, sealed, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6)`, t.LeaseID, t.PlanID, t.TaskID, t.InstallationID, t.Sealed, t.ExpiresAt)
+	if err != nil {
+		return fmt.Errorf("record the push token of lease %s: %w", t.LeaseID, err)
+	}
+	return nil
+}
+
+// HasEndedPushTokens reports, in the transaction of a change of plan planID, whether a
+// lease of the plan holding a push token has ended.
+func HasEndedPushTokens(ctx context.Context, tx pgx.Tx, planID string) (bool, error) {
+	var ended bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = $1 AND `+leaseEnded+`)`, planID).Scan(&ended)
+	if err != nil {
+		return false, fmt.Errorf("look for ended push tokens of plan %s: %w", planID, err)
+	}
+	return ended, nil
+}
+
+// EndedPushTokens returns up to limit push tokens whose lease has ended, of plan planID
+// ("" any plan).
+func (s *Store) EndedPushTokens(ctx context.Context, planID string, limit int) ([]PushToken, error) {
+	rows, err := s.pool.Query(ctx, `SELECT lease_id::text, plan_id, task_id, installation_id, sealed, expires_at
+		FROM push_tokens pt WHERE ($1 = '' OR pt.plan_id = $1) AND `+leaseEnded+` ORDER BY created_at LIMIT $2`, planID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list ended push tokens: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PushToken, error) {
+		var t PushToken
+		err := r.Scan(&t.LeaseID, &t.PlanID, &t.TaskID, &t.InstallationID, &t.Sealed, &t.ExpiresAt)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list ended push tokens: %w", err)
+	}
+	return out, nil
+}
+
+// DeletePushToken forgets the push token of a lease once it is revoked.
+func (s *Store) DeletePushToken(ctx context.Context, leaseID string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM push_tokens WHERE lease_id = $1`, leaseID); err != nil {
+		return fmt.Errorf("forget the push token of lease %s: %w", leaseID, err)
+	}
+	return nil
+}
