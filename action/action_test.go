@@ -268,7 +268,7 @@ func TestActionStepsRunLocally(t *testing.T) {
 	}
 	// runActionIn runs the run step with inputs, with dir as RUNNER_TEMP (where the agent
 	// writes what it spied), and returns the outputs, the summary and the step's log.
-	runActionIn := func(t *testing.T, dir string, inputs map[string]string) (map[string]string, string, string, error) {
+	runActionIn := func(t *testing.T, dir string, inputs map[string]string, extra ...string) (map[string]string, string, string, error) {
 		outputs, summary := filepath.Join(dir, "output"), filepath.Join(dir, "summary.md")
 		for _, f := range []string{outputs, summary} {
 			if err := os.WriteFile(f, nil, 0o644); err != nil {
@@ -276,8 +276,8 @@ func TestActionStepsRunLocally(t *testing.T) {
 			}
 		}
 		inputs["control-url"], inputs["agent"] = srv.URL, "command"
-		log, err := runStep(t, md, *run, inputs, []string{"WHILLY_WORKER_BIN=" + bin, "RUNNER_TEMP=" + dir,
-			"WHILLY_AGENT_CMD=" + agentCmd, "GITHUB_OUTPUT=" + outputs, "GITHUB_STEP_SUMMARY=" + summary, "SPY_DIR=" + dir})
+		log, err := runStep(t, md, *run, inputs, append([]string{"WHILLY_WORKER_BIN=" + bin, "RUNNER_TEMP=" + dir,
+			"WHILLY_AGENT_CMD=" + agentCmd, "GITHUB_OUTPUT=" + outputs, "GITHUB_STEP_SUMMARY=" + summary, "SPY_DIR=" + dir}, extra...))
 		sb, rerr := os.ReadFile(summary)
 		if rerr != nil {
 			t.Fatal(rerr)
@@ -298,8 +298,10 @@ func TestActionStepsRunLocally(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Unboxed (WHILLY_SANDBOX=none), the agent sees the worker's processes: even then
+		// the bootstrap token is in none of their environments, nor in a file left behind.
 		spy := t.TempDir()
-		outputs, summary, log, err := runActionIn(t, spy, map[string]string{"bootstrap-token": scoped, "plan": "act"})
+		outputs, summary, log, err := runActionIn(t, spy, map[string]string{"bootstrap-token": scoped, "plan": "act"}, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=SPY_DIR,RUNNER_TEMP")
 		if err != nil {
 			t.Fatalf("run step: %v\n%s", err, log)
 		}
