@@ -135,7 +135,9 @@ type revokeWorker struct {
 	p *PushTokens
 }
 
-func (w *revokeWorker) Timeout(*river.Job[RevokePushTokensArgs]) time.Duration { return 2 * time.Minute }
+func (w *revokeWorker) Timeout(*river.Job[RevokePushTokensArgs]) time.Duration {
+	return 2 * time.Minute
+}
 
 func (w *revokeWorker) Work(ctx context.Context, job *river.Job[RevokePushTokensArgs]) error {
 	return w.p.RevokeEnded(ctx, job.Args.PlanID)
