@@ -261,6 +261,9 @@ func TestChartDefaults(t *testing.T) {
 	if we["WHILLY_BOOTSTRAP_TOKEN"].ValueFrom == nil {
 		t.Error("the worker reads no bootstrap token from the Secret")
 	}
+	if ps := worker.Spec.Template.Spec.SecurityContext; ps.SeccompProfile.Type != corev1.SeccompProfileTypeUnconfined {
+		t.Errorf("the bwrap worker's seccomp profile is %s", ps.SeccompProfile.Type)
+	}
 	if ws := worker.Spec.Template.Spec; ws.HostUsers == nil || *ws.HostUsers || wc.SecurityContext == nil ||
 		wc.SecurityContext.ProcMount == nil || *wc.SecurityContext.ProcMount != corev1.UnmaskedProcMount {
 		t.Errorf("the bwrap worker needs hostUsers: false and procMount: Unmasked")
@@ -424,6 +427,12 @@ func TestChartCustomValues(t *testing.T) {
 	checkSecretRefs(t, get[*appsv1.Deployment](t, r, "Deployment", "whilly-serve"), "ops-whilly", nil)
 	if worker.Spec.Replicas == nil || *worker.Spec.Replicas != 4 || worker.Spec.Template.Spec.HostUsers != nil {
 		t.Errorf("worker replicas %v hostUsers %v", worker.Spec.Replicas, worker.Spec.Template.Spec.HostUsers)
+	}
+	// Without bubblewrap the worker gets the runtime's default profiles back.
+	psc, sc := worker.Spec.Template.Spec.SecurityContext, worker.Spec.Template.Spec.Containers[0].SecurityContext
+	if psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || psc.AppArmorProfile.Type != corev1.AppArmorProfileTypeRuntimeDefault ||
+		sc.ProcMount != nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+		t.Errorf("worker without sandbox: pod %+v container %+v", psc, sc)
 	}
 }
 
