@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -505,7 +504,7 @@ func keepCredentials(box, home string, profiles []agentProfile) {
 
 // readRegular reads a regular file, never following a symlink, up to maxConfigFile.
 func readRegular(p string) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(p, os.O_RDONLY|openFlags, 0)
 	if err != nil {
 		return nil, err
 	}

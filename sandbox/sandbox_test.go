@@ -345,3 +345,54 @@ func TestBoxBindsTheNodeModulesOfAnNpmCLI(t *testing.T) {
 		t.Errorf("the npm CLI in the box: %v %q", err, out)
 	}
 }
+
+// An agent that swaps its credential files for a link to a host file or a FIFO gets
+// neither copied back, and does not block the worker.
+func TestBoxCredentialsKeepRefusesLinksAndFIFOs(t *testing.T) {
+	t.Parallel()
+	s := boxT(t, Settings{Net: NetNone})
+	home := t.TempDir()
+	for name, body := range map[string]string{".claude/.credentials.json": `{"mine":1}`, ".codex/auth.json": `{"mine":2}`} {
+		p := filepath.Join(home, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A JSON file on the host: the box cannot see it, but a copy-back that followed the
+	// link would read it on the worker's side.
+	hostJSON := filepath.Join(t.TempDir(), "planted.json")
+	if err := os.WriteFile(hostJSON, []byte(`{"attacker":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Prepare(ctxT(t), Spec{Path: "/bin/sh", Args: []string{"-c", `cd "$HOME" &&
+rm .claude/.credentials.json && ln -s "$0" .claude/.credentials.json &&
+rm .codex/auth.json && mkfifo .codex/auth.json`, hostJSON},
+		Dir: t.TempDir(), Agent: AgentCommand, Environ: []string{"PATH=/usr/bin:/bin", "HOME=" + home}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
+	cmd.Env = c.Env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	done := make(chan struct{})
+	go func() { c.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close blocked on what the agent planted")
+	}
+	for name, want := range map[string]string{".claude/.credentials.json": `{"mine":1}`, ".codex/auth.json": `{"mine":2}`} {
+		fi, err := os.Lstat(filepath.Join(home, name))
+		if err != nil || !fi.Mode().IsRegular() {
+			t.Fatalf("%s: %v %v", name, fi, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(home, name)); string(b) != want {
+			t.Errorf("%s = %q, want %q", name, b, want)
+		}
+	}
+}
