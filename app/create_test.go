@@ -90,3 +90,29 @@ func TestManifestFlowChecksTheHostAndNeverReplacesTheFile(t *testing.T) {
 		t.Errorf("%d files beside the credentials, want none (temporary files removed)", len(entries)-1)
 	}
 }
+
+// A code works once: whatever the exchange or the save does, the flow ends with a result
+// the terminal reports (the App's id included when only the save failed), and a second
+// callback with a valid state is refused.
+func TestManifestFlowEndsOnceWithWhatHappened(t *testing.T) {
+	t.Parallel()
+	saveErr := errors.New("disk full")
+	flow := NewManifestFlow(ManifestFlowConfig{Host: "127.0.0.1:1", State: "st",
+		Complete: func(context.Context, string) (Credentials, error) { return Credentials{AppID: 9, Slug: "w"}, nil },
+		Save:     func(Credentials) error { return saveErr }})
+	call := func() int {
+		rec := httptest.NewRecorder()
+		flow.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:1/callback?code=abc&state=st", nil))
+		return rec.Code
+	}
+	if got := call(); got != http.StatusBadGateway {
+		t.Errorf("callback whose save failed: %d, want 502", got)
+	}
+	res := <-flow.Done()
+	if !errors.Is(res.Err, saveErr) || res.Credentials.AppID != 9 {
+		t.Errorf("result = %+v, want the App and the save error", res)
+	}
+	if got := call(); got != http.StatusGone {
+		t.Errorf("second callback: %d, want 410", got)
+	}
+}

@@ -123,6 +123,10 @@ func (a *app) runAppCreate(ctx context.Context, org string, openBrowser bool) er
 	case <-wait.C:
 		return failf("no answer from GitHub within %s: run whilly app create again", appCreateTimeout)
 	case res := <-flow.Done():
+		if c := res.Credentials; res.Err != nil && c.AppID != 0 {
+			return failf("GitHub created the App %s (id %d) but whilly could not save its credentials (%w): on the App's settings page (%s) generate a private key and a webhook secret and set WHILLY_GITHUB_APP_ID, WHILLY_GITHUB_PRIVATE_KEY_FILE and WHILLY_GITHUB_WEBHOOK_SECRET",
+				c.Slug, c.AppID, res.Err, c.HTMLURL)
+		}
 		if res.Err != nil {
 			return failf("create the GitHub App: %w", res.Err)
 		}

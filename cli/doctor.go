@@ -266,8 +266,10 @@ func (a *app) doctorGitHub(ctx context.Context, rep *doctorReport) {
 	switch {
 	case len(env.secret) > 0:
 		rep.add("webhook secret", checkOK, "set")
-	case hasApp || err != nil:
+	case hasApp:
 		rep.add("webhook secret", checkFail, "WHILLY_GITHUB_WEBHOOK_SECRET is not set: the webhook refuses every delivery")
+	case err != nil:
+		rep.add("webhook secret", checkSkip, "the GitHub configuration is not readable (see github app)")
 	default:
 		rep.add("webhook secret", checkSkip, "no GitHub App")
 	}
