@@ -219,3 +219,11 @@ func secretKind(repl string, hints []string) (kind string, named bool) {
 	}
 	return "assignment", true
 }
+
+// Storable makes an agent's text fit to send and store: NUL bytes removed (Postgres text
+// refuses them) and bytes that are not UTF-8 replaced by U+FFFD. repaired says it had to
+// change something; the COMPLETE event then says the result was repaired.
+func Storable(s string) (clean string, repaired bool) {
+	clean = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
+	return clean, clean != s
+}

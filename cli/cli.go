@@ -79,6 +79,9 @@ func report(w io.Writer, err error) int {
 	switch {
 	case errors.As(err, &ee):
 		code = ee.code
+	case errors.As(err, &ve) && len(ve.Problems) == 1:
+		fmt.Fprintf(w, "whilly: the plan is invalid: %s\n", ve.Error())
+		return ExitFailed
 	case errors.As(err, &ve):
 		fmt.Fprintf(w, "whilly: the plan is invalid:\n%s\n", indent(ve.Error()))
 		return ExitFailed

@@ -65,7 +65,14 @@ func (a *app) readPlanFile(path string) (*plan.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return plan.ParseWith(data, plan.ParseOptions{MaxAttempts: attempts})
+	p, err := plan.ParseWith(data, plan.ParseOptions{MaxAttempts: attempts})
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintf(a.io.Err, "note: %s\n", n)
+	}
+	return p, nil
 }
 
 // progress reports import progress on stderr when it is a terminal.
@@ -238,6 +245,9 @@ func parseBudget(s string) (*plan.USD, error) {
 	}
 	u, err := plan.ParseUSD(strings.TrimPrefix(s, "$"))
 	if err != nil {
+		if errors.Is(err, plan.ErrTooLarge) {
+			return nil, failf("budget %q %v", s, plan.ErrTooLarge)
+		}
 		return nil, failf("budget %q is not an amount of USD such as 5 or 2.50", s)
 	}
 	return &u, nil

@@ -1,6 +1,8 @@
 package control
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/plan"
@@ -74,6 +77,14 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// The caller went away (whatever error that caused below); nobody is left to answer.
 		setStatus(r, statusClientClosed)
 		return
+	case queue.IsValueRejected(err):
+		// A value a handler should have refused already: still the caller's, not a 500.
+		status, code, msg = http.StatusBadRequest, codeBadRequest, "A value in the request cannot be stored: text must be UTF-8 without NUL bytes, amounts less than 100000000 USD."
+		s.log.WarnContext(r.Context(), "the database refused a value", "method", r.Method, "route", routePattern(r), "error", err)
+	case queue.IsUnavailable(err):
+		status, code, msg = http.StatusServiceUnavailable, codeUnavailable, "The database is unavailable; try again shortly."
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		s.dbOutage(r.Context(), err)
 	default:
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "route", routePattern(r), "error", err)
 	}
@@ -81,6 +92,24 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="whilly"`)
 	}
 	writeJSON(w, status, client.ErrorBody{Error: code, Message: msg})
+}
+
+// retryAfterSeconds is the Retry-After of a 503 for a database outage.
+const retryAfterSeconds = "5"
+
+// dbOutage logs a database outage once: the first request that meets it logs an ERROR,
+// the others of the same outage nothing; dbRecovered ends the outage.
+func (s *Server) dbOutage(ctx context.Context, err error) {
+	if s.dbDown.CompareAndSwap(false, true) {
+		s.log.ErrorContext(ctx, "database unavailable; answering 503 until it is back", "error", err)
+	}
+}
+
+// dbRecovered ends an outage that dbOutage began, after a request answered below 500.
+func (s *Server) dbRecovered(ctx context.Context) {
+	if s.dbDown.CompareAndSwap(true, false) {
+		s.log.InfoContext(ctx, "database reachable again")
+	}
 }
 
 // sentence turns a store error into one plain sentence: "Task a of plan b: not found."
@@ -115,8 +144,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // decode reads one JSON object from the body into v: at most limit bytes (413 beyond),
 // no unknown fields, nothing after it. Every failure is an *httpError.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	body := http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(body)
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return decodeError(err, limit)
+	}
+	// encoding/json would turn bytes that are not UTF-8 into U+FFFD without a word.
+	if !utf8.Valid(data) {
+		return errorf(http.StatusBadRequest, codeBadRequest, "The body must be valid UTF-8; it holds bytes that are not.")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return decodeError(err, limit)

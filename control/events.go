@@ -20,8 +20,8 @@ const eventPage = 1000
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := queue.EventFilter{PlanID: q.Get("plan_id"), Scopes: principalFrom(r.Context()).scopes()}
-	if len(f.PlanID) > maxIDBytes {
-		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Parameter plan_id is too long."))
+	if err := checkText("plan_id", f.PlanID, maxIDBytes); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	if v := q.Get("after"); v != "" {
@@ -67,8 +67,8 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	planID := q.Get("plan_id")
-	if len(planID) > maxIDBytes {
-		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Parameter plan_id is too long."))
+	if err := checkText("plan_id", planID, maxIDBytes); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	from, replay := r.Header.Get("Last-Event-ID"), true

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -357,6 +358,9 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 			code = http.StatusOK
 		}
 		route, method := routePattern(r), r.Method
+		if code < 300 && strings.HasPrefix(route, "/v1/") {
+			s.dbRecovered(r.Context()) // the API's answers come from the database
+		}
 		switch method {
 		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
 			http.MethodDelete, http.MethodOptions:

@@ -120,7 +120,7 @@ func (s *Server) importPlan(w http.ResponseWriter, r *http.Request) {
 	if res.PlanCreated {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, client.ImportResponse{Import: res, Plan: planWire(pi)})
+	writeJSON(w, status, client.ImportResponse{Import: res, Plan: planWire(pi), Notes: p.Notes})
 }
 
 func importWire(r queue.ImportResult) client.ImportResult {

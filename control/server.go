@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -90,6 +91,7 @@ type Server struct {
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
+	dbDown    atomic.Bool   // a database outage is under way (logged once; errors.go)
 }
 
 // New builds the server over store; listener wakes long-polls and streams and must be
@@ -185,6 +187,9 @@ func param(r *http.Request, name string) (string, error) {
 	v, err := url.PathUnescape(raw)
 	if err != nil || v == "" {
 		return "", errorf(http.StatusBadRequest, codeBadRequest, "The %s in the path is not a valid escaped id.", name)
+	}
+	if err := checkText("the "+name+" id in the path", v, maxIDBytes); err != nil {
+		return "", err
 	}
 	return v, nil
 }

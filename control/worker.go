@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
@@ -177,6 +178,10 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Each task needs plan_id, task_id and a UUID lease_id."))
 			return
 		}
+		if err := cmpErr(checkText("tasks.plan_id", t.PlanID, 0), checkText("tasks.task_id", t.TaskID, 0)); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 		held = append(held, queue.Lease{PlanID: t.PlanID, TaskID: t.TaskID, LeaseID: strings.ToLower(t.LeaseID), WorkerID: id})
 	}
 	res, err := s.store.Heartbeat(r.Context(), id, held)
@@ -236,8 +241,8 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field wait_seconds must not be negative."))
 		return
 	}
-	if len(req.PlanID) > maxIDBytes {
-		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field plan_id is too long."))
+	if err := checkText("plan_id", req.PlanID, maxIDBytes); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	if err := checkKey("idempotency_key", req.IdempotencyKey); err != nil {
@@ -463,17 +468,18 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field head_sha must be a hexadecimal commit id."))
 		return
 	}
-	if req.ClaimNext != nil && len(req.ClaimNext.PlanID) > maxIDBytes {
-		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field claim_next.plan_id is too long."))
-		return
-	}
 	if req.ClaimNext != nil {
-		if err := checkKey("claim_next.idempotency_key", req.ClaimNext.IdempotencyKey); err != nil {
+		if err := cmpErr(checkText("claim_next.plan_id", req.ClaimNext.PlanID, maxIDBytes),
+			checkKey("claim_next.idempotency_key", req.ClaimNext.IdempotencyKey)); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
 	}
-	in := queue.CompleteInput{Cost: req.CostUSD, Result: req.Result, HeadSHA: strings.ToLower(req.HeadSHA), NoChanges: req.NoChanges}
+	// The result is the agent's text: whatever it printed is kept, made storable, and
+	// marked repaired when that changed it.
+	result, repaired := agent.Storable(req.Result)
+	in := queue.CompleteInput{Cost: req.CostUSD, Result: result, HeadSHA: strings.ToLower(req.HeadSHA), NoChanges: req.NoChanges,
+		ResultRepaired: repaired || req.ResultRepaired}
 	var (
 		t    queue.TaskInfo
 		next *queue.Claim
@@ -523,6 +529,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field detail must be a JSON object."))
 		return
 	}
+	if err := cmpErr(checkText("reason", req.Reason, 0), checkJSONText("detail", req.Detail)); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if string(req.Detail) == "null" {
 		req.Detail = nil
 	}
@@ -550,8 +560,8 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if len(req.Reason) > maxReason {
-		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field reason must be at most %d bytes.", maxReason))
+	if err := checkText("reason", req.Reason, maxReason); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	t, err := s.store.Release(r.Context(), l, req.Reason)
@@ -579,6 +589,10 @@ func (s *Server) taskEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	if string(req.Detail) == "null" {
 		req.Detail = nil
+	}
+	if err := cmpErr(checkText("type", req.Type, 0), checkJSONText("payload", req.Payload), checkJSONText("detail", req.Detail)); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	ev, err := s.store.AppendTaskEvent(r.Context(), l, req.Type, req.Payload, req.Detail)
 	if err != nil {

@@ -21,8 +21,8 @@ const MicrosPerUSD = 1_000_000
 // cost) is checked against it where it is parsed, so none overflows later.
 const MaxUSD USD = 100_000_000*MicrosPerUSD - 1
 
-// errTooLarge says what the bound is.
-var errTooLarge = errors.New("is too large: amounts must be less than 100000000 USD")
+// ErrTooLarge is the error of an amount beyond MaxUSD; its text says what the bound is.
+var ErrTooLarge = errors.New("is too large: amounts must be less than 100000000 USD")
 
 // usdDecimals is the number of fractional decimal digits a USD holds exactly.
 const usdDecimals = 6
@@ -86,7 +86,7 @@ func scaleDigits(digits string, shift int) (USD, error) {
 	}
 	// MaxInt64 has 19 digits: anything longer overflows, and the loop below checks the rest.
 	if len(digits)+shift > 19 {
-		return 0, errTooLarge
+		return 0, ErrTooLarge
 	}
 	var v uint64
 	for i := range len(digits) + shift {
@@ -95,12 +95,12 @@ func scaleDigits(digits string, shift int) (USD, error) {
 			d = uint64(digits[i] - '0')
 		}
 		if v > (math.MaxInt64-d)/10 {
-			return 0, errTooLarge
+			return 0, ErrTooLarge
 		}
 		v = v*10 + d
 	}
 	if v > uint64(MaxUSD) {
-		return 0, errTooLarge
+		return 0, ErrTooLarge
 	}
 	return USD(v), nil
 }
@@ -157,7 +157,7 @@ func USDFromFloat(f float64) (USD, error) {
 	u, err := scaleDigits(intPart+fracPart, 0)
 	if err == nil && roundUp {
 		if u == MaxUSD {
-			err = errTooLarge
+			err = ErrTooLarge
 		}
 		u++
 	}

@@ -277,6 +277,9 @@ func completePayload(l Lease, in CompleteInput) ([]byte, error) {
 	if in.NoChanges {
 		payload["no_changes"] = true
 	}
+	if in.ResultRepaired {
+		payload["result_repaired"] = true
+	}
 	p, err := json.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode COMPLETE payload: %w", err)

@@ -59,6 +59,9 @@ type CompleteInput struct {
 	// Both go into the COMPLETE event's payload (head_sha, no_changes).
 	HeadSHA   string
 	NoChanges bool
+	// ResultRepaired says Result is the agent's text made storable (result_repaired in the
+	// COMPLETE event's payload).
+	ResultRepaired bool
 }
 
 // FailInput is what a worker reports on failure. Retryable nil means true.

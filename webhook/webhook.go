@@ -274,12 +274,27 @@ func isObject(b []byte) bool {
 	return len(b) > 0 && b[0] == '{'
 }
 
+// reply answers a delivery: {"status", "message"} when it was taken (2xx), and like
+// every other error of whilly's HTTP API, {"error", "message"}, when it was not.
 func reply(w http.ResponseWriter, status int, o Outcome) {
 	w.Header().Set("Content-Type", "application/json")
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
 	w.WriteHeader(status)
-	if err := json.NewEncoder(w).Encode(o); err != nil {
+	var body any = o
+	if status >= 400 {
+		body = errorBody{Error: o.Status, Message: o.Message}
+	}
+	if err := json.NewEncoder(w).Encode(body); err != nil {
 		return // the client went away; nothing to do
 	}
+}
+
+// errorBody is the body of an error answer (control/client.ErrorBody's shape).
+type errorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
 }
 
 // String describes the config without the secret.

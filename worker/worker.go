@@ -378,7 +378,8 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 		return out, nil
 	}
 	if r.fail == nil && r.runErr == nil && r.res.Succeeded() {
-		req := client.CompleteRequest{LeaseID: c.Lease.ID, CostUSD: r.res.Cost, Result: bounded(r.res.Text, 4096),
+		result, repaired := agent.Storable(bounded(r.res.Text, 4096))
+		req := client.CompleteRequest{LeaseID: c.Lease.ID, CostUSD: r.res.Cost, Result: result, ResultRepaired: repaired,
 			HeadSHA: r.pub.HeadSHA, NoChanges: r.pub.NoChanges, DurationMS: ran}
 		if wantNext {
 			// The next task comes back with the completion: one round trip fewer.
@@ -483,9 +484,8 @@ func workspaceFailure(err error) *client.FailRequest {
 		reason = ReasonWorkspace + ": " + we.Stage
 		detail["stage"] = we.Stage
 	}
-	raw, _ := json.Marshal(detail)
-	return &client.FailRequest{Reason: reason, Retryable: &retryable, Detail: raw,
-		Output: bounded(agent.Redact(err.Error()), client.MaxFailOutput)}
+	return &client.FailRequest{Reason: reason, Retryable: &retryable, Detail: storableJSON(detail),
+		Output: storable(bounded(agent.Redact(err.Error()), client.MaxFailOutput))}
 }
 
 // removeEndedWorkspaces removes the workspaces of plans that have ended (DONE, FAILED,
@@ -634,8 +634,8 @@ func failureOf(res agent.Result, runErr error) client.FailRequest {
 	if reason == agent.ReasonBudgetExceeded {
 		retryable = false
 	}
-	raw, _ := json.Marshal(detail)
-	return client.FailRequest{Reason: reason, Retryable: &retryable, Detail: raw, Output: failOutput(res, runErr)}
+	return client.FailRequest{Reason: storable(reason), Retryable: &retryable, Detail: storableJSON(detail),
+		Output: failOutput(res, runErr)}
 }
 
 // failOutput is what the next attempt is told of this one's failure: the error, the
@@ -651,7 +651,25 @@ func failOutput(res agent.Result, runErr error) string {
 	if res.Excerpt != "" && res.Excerpt != res.Detail {
 		parts = append(parts, "The end of its output:\n"+res.Excerpt)
 	}
-	return bounded(strings.Join(parts, "\n\n"), client.MaxFailOutput)
+	return storable(bounded(strings.Join(parts, "\n\n"), client.MaxFailOutput))
+}
+
+// storable is agent.Storable without the flag: a failure's text is evidence, kept as
+// close to what the agent printed as can be stored.
+func storable(s string) string {
+	clean, _ := agent.Storable(s)
+	return clean
+}
+
+// storableJSON encodes a failure's detail with every string in it storable.
+func storableJSON(detail map[string]any) json.RawMessage {
+	for k, v := range detail {
+		if s, ok := v.(string); ok {
+			detail[k] = storable(s)
+		}
+	}
+	raw, _ := json.Marshal(detail) // strings, numbers and string lists always encode
+	return raw
 }
 
 // heartbeat extends the lease every interval until ctx ends; a heartbeat that reports

@@ -190,6 +190,9 @@ type CompleteRequest struct {
 	ClaimNext *NextClaim `json:"claim_next,omitempty"`
 	// DurationMS is how long the attempt ran on the worker: the attempt duration metric.
 	DurationMS int64 `json:"duration_ms,omitempty"`
+	// ResultRepaired says the worker had to repair the agent's text to send it (NUL bytes
+	// removed, bytes that are not UTF-8 replaced); the COMPLETE event records it.
+	ResultRepaired bool `json:"result_repaired,omitempty"`
 }
 
 // NextClaim is the claim a COMPLETE asks for: of one plan, or of any when PlanID is empty.
@@ -294,6 +297,9 @@ type ImportResult struct {
 type ImportResponse struct {
 	Import ImportResult `json:"import"`
 	Plan   Plan         `json:"plan"`
+	// Notes says what the file held that whilly read past, and why (keys of the Python
+	// system's plan files).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // PatchPlanRequest changes a plan (PATCH /v1/plans/{id}, admin): its budget, and/or its
