@@ -541,7 +541,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Agent output may hold NUL, which Postgres text cannot store: drop it.
-	output := strings.ToValidUTF8(strings.ReplaceAll(req.Output, "\x00", ""), "\uFFFD")
+	output, _ := agent.Storable(req.Output)
 	t, err := s.store.Fail(r.Context(), l, queue.FailInput{Cost: req.CostUSD, Reason: req.Reason, Retryable: req.Retryable,
 		Detail: req.Detail, Output: output})
 	if err == nil {
