@@ -154,7 +154,7 @@ func commandOf(cmd *cobra.Command) config.Command {
 
 // NewRootCommand builds the whilly command tree.
 func NewRootCommand(stdio IO) *cobra.Command {
-	a := newApp(stdio, slog.New(slog.NewTextHandler(stdio.Err, nil)))
+	a := newApp(stdio, slog.New(slog.DiscardHandler)) // PersistentPreRunE sets the configured one
 	root := &cobra.Command{
 		Use:   "whilly",
 		Short: "GitHub-native orchestrator for AI coding agents",
