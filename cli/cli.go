@@ -148,8 +148,12 @@ func commandOf(cmd *cobra.Command) config.Command {
 		if len(path) > 2 && path[2] == "register" {
 			return config.Register
 		}
+		return config.Any
+	case config.Any, config.Register, config.Worker: // not first words of a whilly command
+		return config.Any
+	default:
+		return config.Any
 	}
-	return config.Any
 }
 
 // NewRootCommand builds the whilly command tree.

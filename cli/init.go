@@ -20,9 +20,6 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// defaultPlannerTimeout bounds one planner call (WHILLY_PLANNER_TIMEOUT).
-const defaultPlannerTimeout = 10 * time.Minute
-
 // maxIdea bounds an idea read from standard input.
 const maxIdea = 256 << 10
 

@@ -61,7 +61,8 @@ func TestOpenAPIMatchesTheRoutes(t *testing.T) {
 		}
 	}
 	for _, r := range sortedKeys(served) {
-		if !documented[r] && !(strings.HasPrefix(r, "* ") && documentedAnyMethod(documented, r[2:])) {
+		anyMethod := strings.HasPrefix(r, "* ") && documentedAnyMethod(documented, r[2:])
+		if !documented[r] && !anyMethod {
 			t.Errorf("%s is served but not in control/openapi.json", r)
 		}
 	}
