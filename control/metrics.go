@@ -132,8 +132,13 @@ func (s *Server) attemptEnded(ctx context.Context, t queue.TaskInfo, outcome str
 	if durationMS > 0 {
 		m.attemptDur.WithLabelValues(outcome).Observe(min(float64(durationMS)/1000, maxAttemptSeconds))
 	}
+	s.countSpend(ctx, t.PlanID, cost)
+}
+
+// countSpend adds cost, charged to planID by an attempt, to whilly_spend_usd_total.
+func (s *Server) countSpend(ctx context.Context, planID string, cost plan.USD) {
 	if cost > 0 {
-		m.spend.WithLabelValues(s.installationLabel(ctx, t.PlanID)).Add(cost.Float64())
+		s.metrics.spend.WithLabelValues(s.installationLabel(ctx, planID)).Add(cost.Float64())
 	}
 }
 

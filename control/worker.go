@@ -154,6 +154,9 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if res.Charged {
+		s.countSpend(r.Context(), l.PlanID, req.CostUSD)
+	}
 	writeJSON(w, http.StatusOK, client.ChargeResponse{Charged: res.Charged})
 }
 
