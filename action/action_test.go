@@ -235,7 +235,7 @@ func TestActionStepsRunLocally(t *testing.T) {
 
 	// A control plane on a test database.
 	pool := testkit.DB(t)
-	st := queue.NewStore(pool, nil, queue.Config{})
+	st := queue.NewStore(pool, nil, queue.Config{BackoffBase: 20 * time.Millisecond, BackoffMax: 40 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	ln := queue.NewListener(pool, nil)
 	done := make(chan struct{})
@@ -292,7 +292,9 @@ func TestActionStepsRunLocally(t *testing.T) {
 
 	t.Run("drain", func(t *testing.T) {
 		t.Parallel()
-		importPlan("act", plan.Task{ID: "T00"}, plan.Task{ID: "T01"}, plan.Task{ID: "T02", MaxAttempts: 1})
+		// T02 fails both its attempts: one task FAILED, the plan FAILED, so the step fails
+		// (SPEC §12), and tasks-failed counts the task, not its two attempts.
+		importPlan("act", plan.Task{ID: "T00"}, plan.Task{ID: "T01"}, plan.Task{ID: "T02", MaxAttempts: 2})
 		// The repository's secret: a bootstrap token scoped like the plans of one repository.
 		scoped, _, err := st.Mint(context.Background(), queue.TokenSpec{Owner: "act", Registrar: true, Scopes: queue.Scopes{"plan:act"}})
 		if err != nil {
@@ -302,16 +304,16 @@ func TestActionStepsRunLocally(t *testing.T) {
 		// the bootstrap token is in none of their environments, nor in a file left behind.
 		spy := t.TempDir()
 		outputs, summary, log, err := runActionIn(t, spy, map[string]string{"bootstrap-token": scoped, "plan": "act"}, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=SPY_DIR,RUNNER_TEMP")
-		if err != nil {
-			t.Fatalf("run step: %v\n%s", err, log)
+		if err == nil || !strings.Contains(log, "1 tasks this worker ran ended FAILED: act/T02") {
+			t.Fatalf("run step on a plan that failed: %v; want it to fail naming T02\n%s", err, log)
 		}
-		want := map[string]string{"tasks-done": "2", "tasks-failed": "1", "cost-usd": "0.04"}
+		want := map[string]string{"tasks-done": "2", "tasks-failed": "1", "cost-usd": "0.06"}
 		for k, v := range want {
 			if outputs[k] != v {
 				t.Errorf("output %s = %q, want %q (all: %v)\n%s", k, outputs[k], v, outputs, log)
 			}
 		}
-		if !strings.Contains(summary, "### whilly worker") || !strings.Contains(summary, "| act | 2 | 1 | 0 | 0.04 | finished |") {
+		if !strings.Contains(summary, "### whilly worker") || !strings.Contains(summary, "| act | 2 | 1 | 0 | 0.06 | exited with status 1 |") {
 			t.Errorf("summary:\n%s", summary)
 		}
 		if strings.Contains(log, scoped) {
@@ -321,7 +323,7 @@ func TestActionStepsRunLocally(t *testing.T) {
 		// parents' (/proc/PID/environ), nor a file holding it.
 		spied, _ := filepath.Glob(filepath.Join(spy, "environ.*"))
 		if len(spied) != 3 {
-			t.Errorf("the agent recorded the environments of %d attempts, want 3", len(spied))
+			t.Errorf("the agent recorded the environments of %d tasks, want 3", len(spied))
 		}
 		for _, f := range append(spied, filepath.Join(spy, "files.T00")) {
 			b, err := os.ReadFile(f)

@@ -16,6 +16,7 @@ import (
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/internal/logging"
 	"github.com/whilly-go/whilly/internal/version"
+	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/sandbox"
 )
 
@@ -171,7 +172,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return fail(2, "%v", err)
 	}
 	sum, err := w.Run(ctx)
-	fmt.Fprintf(stdout, "tasks_done=%d tasks_failed=%d tasks_released=%d cost_usd=%s\n", sum.Done, sum.Failed, sum.Released, sum.Cost)
+	fmt.Fprintf(stdout, "tasks_done=%d tasks_failed=%d attempts_failed=%d tasks_released=%d cost_usd=%s\n",
+		sum.Done, len(sum.TasksFailed), sum.Failed, sum.Released, sum.Cost)
 	for _, h := range sum.Held {
 		fmt.Fprintf(stderr, "whilly-worker: left %s of plan %s pending: %s\n", h.TaskID, h.PlanID, h.Detail)
 	}
@@ -179,6 +181,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		fmt.Fprintf(stderr, "whilly-worker: and %d more tasks it cannot claim\n", more)
 	}
 	switch {
+	case err == nil && *drain:
+		if why := drainVerdict(ctx, api, *planID, sum); why != "" {
+			return fail(1, "%s", why)
+		}
+		return 0
 	case err == nil, errors.Is(err, ErrStopped):
 		return 0
 	case fatal(err), errors.Is(err, agent.ErrNotReady):
@@ -239,6 +246,29 @@ func OpenSandbox(ctx context.Context, getenv func(string) string, agentName stri
 		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", "agent", agentName, "net", sb.Net())
 	}
 	return sb, nil
+}
+
+// drainVerdict says why a drained run failed (SPEC §12, the Action's step): a task it
+// ran ended FAILED, or its plan ended FAILED or CANCELLED or is paused on its budget. ""
+// means it did not.
+func drainVerdict(ctx context.Context, api *client.Client, planID string, sum Summary) string {
+	if n := len(sum.TasksFailed); n > 0 {
+		return fmt.Sprintf("%d tasks this worker ran ended FAILED: %s", n, strings.Join(sum.TasksFailed, ", "))
+	}
+	if planID == "" {
+		return ""
+	}
+	p, err := api.GetPlan(ctx, planID)
+	if err != nil {
+		return fmt.Sprintf("read the state of plan %s: %v", planID, err)
+	}
+	switch {
+	case p.Status == plan.PlanFailed, p.Status == plan.PlanCancelled:
+		return fmt.Sprintf("plan %s ended %s", planID, p.Status)
+	case p.Status == plan.PlanPaused && p.PauseReason == "budget":
+		return fmt.Sprintf("plan %s is paused: it reached its budget ($%s spent)", planID, p.SpentUSD)
+	}
+	return ""
 }
 
 // simFromEnv reads the sim agent's settings. Unset, the sim finishes at once, free and

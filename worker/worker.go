@@ -77,6 +77,8 @@ type Outcome struct {
 	// changed nothing in its workspace.
 	HeadSHA   string
 	NoChanges bool
+	// Final says a failed attempt was the task's last: the task is FAILED.
+	Final bool
 	// Err, when set, stops the worker after this attempt: the machine cannot run the
 	// agent (agent.ErrNotReady).
 	Err error
@@ -87,11 +89,14 @@ const ReasonAgentMissing = "agent_not_found"
 
 // Summary counts what a worker did before it stopped.
 type Summary struct {
-	Done     int      `json:"tasks_done"`
-	Failed   int      `json:"tasks_failed"`
-	Released int      `json:"tasks_released"`
-	Lost     int      `json:"tasks_lost"`
-	Cost     plan.USD `json:"cost_usd"`
+	Done int `json:"tasks_done"`
+	// Failed counts failed attempts; TasksFailed names the tasks ("plan/task") whose
+	// failed attempt was their last, so they ended FAILED.
+	Failed      int      `json:"attempts_failed"`
+	TasksFailed []string `json:"tasks_failed"`
+	Released    int      `json:"tasks_released"`
+	Lost        int      `json:"tasks_lost"`
+	Cost        plan.USD `json:"cost_usd"`
 	// Held lists the PENDING tasks a drained worker left because it can never claim them
 	// (at most client.MaxHeldListed; HeldTotal counts all).
 	Held      []client.HeldTask `json:"held,omitempty"`
@@ -259,6 +264,9 @@ func (w *Worker) ran(ctx context.Context, claim *client.Claim, sum *Summary) (*c
 		sum.Done++
 	case "failed":
 		sum.Failed++
+		if out.Final {
+			sum.TasksFailed = append(sum.TasksFailed, out.PlanID+"/"+out.TaskID)
+		}
 	case "released":
 		sum.Released++
 	default:
@@ -403,14 +411,16 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	}
 	out.Reason = fail.Reason
 	fail.LeaseID, fail.CostUSD, fail.DurationMS = c.Lease.ID, r.res.Cost, ran
+	var failed client.Task
 	if err := w.report(ctx, log, lc, "fail", func(ctx context.Context) error {
-		_, err := w.api.Fail(ctx, t.PlanID, t.ID, *fail)
+		var err error
+		failed, err = w.api.Fail(ctx, t.PlanID, t.ID, *fail)
 		return err
 	}); err != nil {
 		return w.lostOrRelease(ctx, log, c, out, err), nil
 	}
 	log.InfoContext(ctx, "attempt failed", "reason", fail.Reason)
-	out.Status = "failed"
+	out.Status, out.Final = "failed", failed.Status == plan.StatusFailed
 	return out, nil
 }
 
