@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -455,7 +456,7 @@ func seedHome(from, to string, profiles []agentProfile) {
 	}
 	for _, p := range profiles {
 		for _, rel := range p.homeFiles {
-			b, err := readRegular(filepath.Join(from, rel))
+			b, err := readRegular(filepath.Join(from, rel), true)
 			if err != nil {
 				continue
 			}
@@ -484,11 +485,11 @@ func keepCredentials(box, home string, profiles []agentProfile) {
 				continue
 			}
 			src, dst := filepath.Join(box, rel), filepath.Join(home, rel)
-			b, err := readRegular(src)
+			b, err := readRegular(src, false)
 			if err != nil || !json.Valid(b) || len(bytes.TrimSpace(b)) == 0 || bytes.TrimSpace(b)[0] != '{' {
 				continue
 			}
-			old, err := readRegular(dst)
+			old, err := readRegular(dst, false)
 			if err != nil || bytes.Equal(old, b) {
 				continue // only a login the worker has is refreshed
 			}
@@ -502,9 +503,15 @@ func keepCredentials(box, home string, profiles []agentProfile) {
 	}
 }
 
-// readRegular reads a regular file, never following a symlink, up to maxConfigFile.
-func readRegular(p string) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|openFlags, 0)
+// readRegular reads a regular file of at most maxConfigFile. Unless follow (the worker's
+// own files), it does not follow a symlink nor block on a FIFO: the box's HOME is the
+// agent's.
+func readRegular(p string, follow bool) ([]byte, error) {
+	flags := os.O_RDONLY | openFlags
+	if follow {
+		flags = os.O_RDONLY | syscall.O_NONBLOCK
+	}
+	f, err := os.OpenFile(p, flags, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -197,7 +197,15 @@ func TestBoxHomeSeedAndCredentials(t *testing.T) {
 	t.Parallel()
 	s := boxT(t, Settings{Net: NetNone})
 	home := t.TempDir()
-	for name, body := range map[string]string{".claude/.credentials.json": `{"old":1}`, ".claude.json": `{"x":1}`,
+	// The worker's own dotfiles may be links (stow): its configuration is followed.
+	dotfile := filepath.Join(t.TempDir(), "claude.json")
+	if err := os.WriteFile(dotfile, []byte(`{"x":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dotfile, filepath.Join(home, ".claude.json")); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{".claude/.credentials.json": `{"old":1}`,
 		".git-credentials": "secret", ".codex/auth.json": `{"codex":1}`, ".claude/projects/p.jsonl": "history"} {
 		p := filepath.Join(home, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
