@@ -54,7 +54,26 @@ func TestCheckDiff(t *testing.T) {
 		{"workflow file allowed", Diff{Files: files(".github/workflows/ci.yml")}, DiffLimits{AllowWorkflows: true}, ""},
 		{"workflows dir replaced by a symlink", Diff{Files: files(".github/workflows")}, DiffLimits{}, "workflow_file:.github/workflows"},
 		{"nested workflow", Diff{Files: files(".github/workflows/sub/x.yaml")}, DiffLimits{}, "workflow_file:.github/workflows/sub/x.yaml"},
-		{"other .github files are fine", Diff{Files: files(".github/CODEOWNERS", ".github/workflows-doc.md", "docs/.github/workflows/x.yml")}, DiffLimits{}, ""},
+		{"the rest of .github is protected", Diff{Files: files(".github/CODEOWNERS", ".github/workflows-doc.md")}, DiffLimits{},
+			"protected_path:.github/CODEOWNERS protected_path:.github/workflows-doc.md"},
+		{"only at the root", Diff{Files: files("docs/.github/workflows/x.yml", ".githubx", "x/.gitmodules")}, DiffLimits{}, ""},
+		{"case tricks", Diff{Files: files(".GitHub/Workflows/x.yml", ".GITHUB/dependabot.yml", ".GitModules")}, DiffLimits{},
+			"workflow_file:.GitHub/Workflows/x.yml protected_path:.GITHUB/dependabot.yml protected_path:.GitModules"},
+		{"own protected paths", Diff{Files: files("deploy/prod.tf", "deploy/x/y.TF", "src/a.go")}, DiffLimits{Protected: []string{"deploy/**/*.tf", "*.lock"}},
+			"protected_path:deploy/prod.tf protected_path:deploy/x/y.TF"},
+		{"symlink into .github", Diff{Files: []FileChange{{Path: "docs/ci", Mode: modeSymlink, Target: "../.github/workflows"}}}, DiffLimits{},
+			"workflow_file:docs/ci"},
+		{"symlink replacing .github", Diff{Files: []FileChange{{Path: ".github", Mode: modeSymlink, Target: "evil"}}}, DiffLimits{},
+			"protected_path:.github"},
+		{"symlink out of the repository", Diff{Files: []FileChange{{Path: "a/l", Mode: modeSymlink, Target: "../../etc/passwd"},
+			{Path: "b", Mode: modeSymlink, Target: "/root/.ssh/id_rsa"}, {Path: "c", Mode: modeSymlink, Target: ".GIT/hooks"}}}, DiffLimits{},
+			"symlink:a/l symlink:b symlink:c"},
+		{"harmless symlink", Diff{Files: []FileChange{{Path: "docs/readme", Mode: modeSymlink, Target: "../README.md"}}}, DiffLimits{}, ""},
+		{"submodule", Diff{Files: []FileChange{{Path: "vendor/x", Mode: modeGitlink}}}, DiffLimits{}, "submodule:vendor/x"},
+		{"a large file", Diff{Files: []FileChange{{Path: "blob.bin", Binary: true, Bytes: 30 << 20}}}, DiffLimits{},
+			"file_too_large:blob.bin too_many_bytes"},
+		{"many files, large together", Diff{Files: []FileChange{{Path: "a", Bytes: 600}, {Path: "b", Bytes: 600}}}, DiffLimits{MaxBytes: 1000},
+			"too_many_bytes"},
 		{"too many files (default limit)", Diff{Files: many}, DiffLimits{}, "too_many_files"},
 		{"file limit", Diff{Files: files("a", "b", "c")}, DiffLimits{MaxFiles: 2}, "too_many_files"},
 		{"at the file limit", Diff{Files: files("a", "b")}, DiffLimits{MaxFiles: 2}, ""},
@@ -129,7 +148,7 @@ func TestParseNumstat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []FileChange{{"app/login.go", 3, 1, false}, {"logo.png", 0, 0, true}, {"old file.txt", 0, 12, false}}
+	want := []FileChange{{Path: "app/login.go", Added: 3, Deleted: 1}, {Path: "logo.png", Binary: true}, {Path: "old file.txt", Deleted: 12}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}

@@ -163,10 +163,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		}
 		*workerID = me.ID
 	}
+	gate, err := gateFromConfig(c)
+	if err != nil {
+		return fail(2, "%v", err)
+	}
 	w, err := New(api, ag, log, Config{
 		WorkerID: *workerID, PlanID: *planID, Model: *model, Once: *once, Drain: *drain,
 		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir, WorkspaceDir: *wsDir,
-		Sandbox: cfg.Sandbox,
+		Sandbox: cfg.Sandbox, Gate: gate,
 	})
 	if err != nil {
 		return fail(2, "%v", err)
@@ -223,6 +227,20 @@ func revokeSelf(ctx context.Context, api *client.Client, workerID string, log *s
 		return
 	}
 	log.InfoContext(ctx, "worker token revoked", "worker_id", workerID)
+}
+
+// gateFromConfig reads the diff gate's policy: WHILLY_PROTECTED_PATHS (globs) and
+// WHILLY_DIFF_MAX_BYTES.
+func gateFromConfig(c *config.Env) (GatePolicy, error) {
+	protected, err := ParseProtectedPaths(strings.Join(c.List(config.ProtectedPaths), ","))
+	if err != nil {
+		return GatePolicy{}, fmt.Errorf("%s: %w", config.ProtectedPaths, err)
+	}
+	maxBytes, err := c.Int(config.DiffMaxBytes)
+	if err != nil {
+		return GatePolicy{}, err
+	}
+	return GatePolicy{Protected: protected, MaxBytes: int64(maxBytes)}, nil
 }
 
 // OpenSandbox opens the box of SPEC §16 for agentName's processes from WHILLY_SANDBOX,

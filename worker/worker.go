@@ -57,6 +57,9 @@ type Config struct {
 	// finds it on PATH.
 	WorkspaceDir string
 	Git          string
+	// Gate is the machine's diff gate policy (WHILLY_PROTECTED_PATHS,
+	// WHILLY_DIFF_MAX_BYTES); zero values are the defaults.
+	Gate GatePolicy
 	// OnResult, when set, is told about each finished attempt (whilly run's progress).
 	OnResult func(Outcome)
 	// Sandbox is the box the plan's verification commands run in, the one the agent's
@@ -135,8 +138,9 @@ func New(api *client.Client, ag agent.Agent, log *slog.Logger, cfg Config) (*Wor
 		cfg.WorkspaceDir, _ = DefaultWorkspaceDir()
 	}
 	log = log.With("worker_id", cfg.WorkerID)
-	return &Worker{api: api, agent: ag, log: log, cfg: cfg, ws: NewWorkspaces(cfg.WorkspaceDir, cfg.Git, log),
-		plansOnDisk: map[string]bool{}}, nil
+	ws := NewWorkspaces(cfg.WorkspaceDir, cfg.Git, log)
+	ws.gate = cfg.Gate
+	return &Worker{api: api, agent: ag, log: log, cfg: cfg, ws: ws, plansOnDisk: map[string]bool{}}, nil
 }
 
 // ErrStopped is returned by Run when ctx ends it; what ran was released first.

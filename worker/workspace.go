@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,7 @@ type Workspaces struct {
 	root string
 	git  string
 	log  *slog.Logger
+	gate GatePolicy // set by the worker
 
 	mu       sync.Mutex
 	coreConf string // .git/config of a fresh `git init` on this machine, see coreConfig
@@ -106,7 +108,15 @@ type Checkout struct {
 	git    git
 	lock   *fileLock
 	core   string // the [core] settings .git/config is rewritten with
+	gate   GatePolicy
 	log    *slog.Logger
+}
+
+// GatePolicy is the machine's side of the diff gate: WHILLY_PROTECTED_PATHS and
+// WHILLY_DIFF_MAX_BYTES (zero values: the defaults). The workspace adds its own limits.
+type GatePolicy struct {
+	Protected []string
+	MaxBytes  int64
 }
 
 // coreConfig returns the .git/config a fresh `git init` writes on this machine (core
@@ -157,7 +167,7 @@ func (ws *Workspaces) Open(ctx context.Context, planID string, spec client.Works
 		_ = lock.unlock()
 		return nil, stageError("init", err)
 	}
-	c := &Checkout{Dir: ws.Dir(planID), planID: planID, spec: spec, lock: lock, core: core,
+	c := &Checkout{Dir: ws.Dir(planID), planID: planID, spec: spec, lock: lock, core: core, gate: ws.gate,
 		log: ws.log.With("plan_id", planID)}
 	c.git = git{bin: ws.git, dir: c.Dir, spec: spec}
 	_, statErr := os.Lstat(c.Dir)
@@ -199,9 +209,15 @@ func validBranch(b string) bool {
 		!strings.HasSuffix(b, "/") && !strings.HasSuffix(b, ".lock") && !strings.HasSuffix(b, ".") && len(b) <= 200
 }
 
+// planBranch is the only kind of branch a worker pushes to (SPEC §11): whilly/issue-N.
+var planBranch = regexp.MustCompile(`^whilly/issue-[1-9][0-9]{0,9}$`)
+
 func validSpec(s client.Workspace) error {
 	if !validBranch(s.Branch) {
 		return fmt.Errorf("workspace branch %q is not a valid branch name", s.Branch)
+	}
+	if !planBranch.MatchString(s.Branch) {
+		return fmt.Errorf("workspace branch %q is not a plan branch (whilly/issue-N); the worker pushes to nothing else", s.Branch)
 	}
 	if s.BaseBranch != "" && !validBranch(s.BaseBranch) {
 		return fmt.Errorf("workspace base branch %q is not a valid branch name", s.BaseBranch)
@@ -240,6 +256,9 @@ func (c *Checkout) prepare(ctx context.Context, lockPath string) error {
 	if err := c.resetGitState(); err != nil {
 		return stageError("init", err)
 	}
+	if err := c.clearAgentState(); err != nil {
+		return stageError("init", err)
+	}
 	if err := c.tokenValid(); err != nil {
 		return stageError("fetch", err)
 	}
@@ -260,13 +279,18 @@ func (c *Checkout) prepare(ctx context.Context, lockPath string) error {
 		c.log.InfoContext(ctx, "plan branch not on the remote yet; starting it from the base", "branch", c.spec.Branch, "base", base)
 	}
 	remoteRef := "refs/remotes/origin/" + from
-	if _, err := c.git.run(ctx, true, "fetch", "-q", "--no-tags", "origin", "+refs/heads/"+from+":"+remoteRef); err != nil {
+	if _, err := c.remote(ctx, "fetch", "-q", "--no-tags", "origin", "+refs/heads/"+from+":"+remoteRef); err != nil {
 		return stageError("fetch", err)
 	}
 	if _, err := c.git.run(ctx, false, "checkout", "-q", "-f", "--no-track", "-B", c.spec.Branch, remoteRef); err != nil {
 		return stageError("checkout", err)
 	}
-	if _, err := c.git.run(ctx, false, "clean", "-q", "-ffd"); err != nil {
+	// Ignored files go too: what an earlier agent left in .claude/, node_modules/ or a
+	// path it listed in .git/info/exclude must not reach this task.
+	if _, err := c.git.run(ctx, false, "clean", "-q", "-ffdx"); err != nil {
+		return stageError("checkout", err)
+	}
+	if err := c.dropRefs(ctx, "refs/heads/"+c.spec.Branch, remoteRef); err != nil {
 		return stageError("checkout", err)
 	}
 	head, err := c.git.run(ctx, false, "rev-parse", "HEAD")
@@ -299,14 +323,65 @@ func (c *Checkout) resetGitState() error {
 	if err := os.WriteFile(filepath.Join(gitDir, "config"), []byte(cfg), 0o600); err != nil {
 		return fmt.Errorf("write .git/config: %w", err)
 	}
+	// Attributes and grafts would change what git reads; worktrees and modules are the
+	// agent's to fill; shallow and alternates would change which history git sees.
+	// info/exclude stays until the next task (clearAgentState): what the agent excluded
+	// is not committed, and is deleted then.
 	for _, name := range []string{"config.worktree", "commondir", "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE",
 		"CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply", "sequencer", "index.lock",
-		"info/attributes", "objects/info/alternates"} {
+		"info/attributes", "info/grafts", "worktrees", "modules", "shallow", "objects/info/alternates",
+		"objects/info/http-alternates"} {
 		if err := os.RemoveAll(filepath.Join(gitDir, name)); err != nil {
 			return fmt.Errorf("clear .git/%s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// clearAgentState empties .git/info (exclude and everything else) and .git/hooks before a
+// task: nothing an earlier agent put there reaches the next one.
+func (c *Checkout) clearAgentState() error {
+	gitDir := filepath.Join(c.Dir, ".git")
+	for _, name := range []string{"info", "hooks"} {
+		if err := os.RemoveAll(filepath.Join(gitDir, name)); err != nil {
+			return fmt.Errorf("clear .git/%s: %w", name, err)
+		}
+		// Empty again, as tools that install hooks or exclude files expect them.
+		if err := os.Mkdir(filepath.Join(gitDir, name), 0o750); err != nil {
+			return fmt.Errorf("recreate .git/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// dropRefs deletes every ref but keep: branches, tags, stashes, notes and replace refs an
+// agent made. None of them is pushed (the push names one ref), and none may steer git.
+func (c *Checkout) dropRefs(ctx context.Context, keep ...string) error {
+	out, err := c.git.run(ctx, false, "for-each-ref", "--format=%(refname)")
+	if err != nil {
+		return err
+	}
+	var del strings.Builder
+	for ref := range strings.Lines(out) {
+		if ref = strings.TrimSpace(ref); ref != "" && !slices.Contains(keep, ref) {
+			del.WriteString("delete " + ref + "\n")
+		}
+	}
+	if del.Len() == 0 {
+		return nil
+	}
+	_, err = c.git.runInput(ctx, false, del.String(), "update-ref", "--no-deref", "--stdin")
+	return err
+}
+
+// remote runs a git command that talks to the remote, carrying the token, after writing
+// .git/config afresh: nothing the agent (or a process it left) put there since the last
+// rewrite steers it.
+func (c *Checkout) remote(ctx context.Context, args ...string) (string, error) {
+	if err := c.resetGitState(); err != nil {
+		return "", err
+	}
+	return c.git.run(ctx, true, args...)
 }
 
 // remoteHeads lists the remote's branches among the plan branch and the base (and its
@@ -318,7 +393,7 @@ func (c *Checkout) remoteHeads(ctx context.Context) (map[string]string, string, 
 	} else {
 		args = append(args, "HEAD")
 	}
-	out, err := c.git.run(ctx, true, args...)
+	out, err := c.remote(ctx, args...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -404,10 +479,11 @@ func CommitMessage(planID, taskID, description string) string {
 }
 
 // Publish commits everything the agent changed as one commit with message on top of the
-// task's start, checks it with the diff gate (a *DiffRejectedError refuses it), and
-// pushes it fast-forward to the plan branch; a push rejected because the branch moved is
-// fetched, rebased once and pushed again. Commits the agent made itself are folded into
-// the one commit. Other failures are *WorkspaceError.
+// task's start, checks every commit between the start and what is to be pushed with the
+// diff gate (a *DiffRejectedError refuses it), and pushes that one commit, fast-forward,
+// to the plan branch and nowhere else; a push rejected because the branch moved is
+// fetched, rebased once, checked again and pushed again. Commits the agent made itself
+// are folded into the one commit. Other failures are *WorkspaceError.
 func (c *Checkout) Publish(ctx context.Context, message string) (Publication, error) {
 	if err := c.resetGitState(); err != nil {
 		return Publication{}, stageError("commit", err)
@@ -418,57 +494,132 @@ func (c *Checkout) Publish(ctx context.Context, message string) (Publication, er
 	if _, err := c.git.run(ctx, false, "add", "-A"); err != nil {
 		return Publication{}, stageError("commit", err)
 	}
-	diff, err := c.stagedDiff(ctx)
+	// One commit per task, on the start: the agent's own commits (if any) are folded in.
+	if _, err := c.git.run(ctx, false, "reset", "-q", "--soft", c.start); err != nil {
+		return Publication{}, stageError("commit", err)
+	}
+	changed, err := c.git.run(ctx, false, "diff", "--cached", "--name-only", "-z", "--no-renames", c.start)
 	if err != nil {
 		return Publication{}, stageError("commit", err)
 	}
-	pub := Publication{Files: len(diff.Files), Lines: diff.Lines()}
-	if len(diff.Files) == 0 {
-		pub.NoChanges = true
-		return pub, nil
-	}
-	lim := DiffLimits{AllowWorkflows: c.spec.AllowWorkflows, MaxFiles: c.spec.MaxFiles, MaxLines: c.spec.MaxLines}
-	if reasons := CheckDiff(diff, lim); len(reasons) > 0 {
-		return pub, &DiffRejectedError{Reasons: reasons, Files: pub.Files, Lines: pub.Lines}
-	}
-	// One commit per task, on the start: the agent's own commits (if any) are folded in.
-	if _, err := c.git.run(ctx, false, "reset", "-q", "--soft", c.start); err != nil {
-		return pub, stageError("commit", err)
+	if changed == "" {
+		return Publication{NoChanges: true}, nil
 	}
 	if _, err := c.git.runInput(ctx, false, message, "commit", "-q", "--no-verify", "--cleanup=strip", "-F", "-"); err != nil {
-		return pub, stageError("commit", err)
+		return Publication{}, stageError("commit", err)
+	}
+	head, err := c.head(ctx)
+	if err != nil {
+		return Publication{}, stageError("commit", err)
+	}
+	pub, err := c.check(ctx, c.start, head)
+	if err != nil {
+		return pub, err
 	}
 	if err := ctx.Err(); err != nil {
 		return pub, stageError("push", err) // the lease is gone or the worker stops: push nothing
 	}
-	err = c.push(ctx)
+	err = c.push(ctx, head)
 	if errors.Is(err, errPushRejected) {
 		c.log.InfoContext(ctx, "push rejected; rebasing once", "branch", c.spec.Branch)
 		pub.Rebased = true
-		if err := c.rebase(ctx); err != nil {
+		base, err := c.rebase(ctx)
+		if err != nil {
 			return pub, err
 		}
-		err = c.push(ctx)
+		if head, err = c.head(ctx); err != nil {
+			return pub, stageError("rebase", err)
+		}
+		// The branch's new commits are on the remote already; what is checked is ours.
+		checked, err := c.check(ctx, base, head)
+		checked.Rebased = true
+		if err != nil {
+			return checked, err
+		}
+		pub = checked
+		err = c.push(ctx, head)
 		if errors.Is(err, errPushRejected) {
 			return pub, stageError("push", fmt.Errorf("%w again after a rebase", err))
 		}
+		if err != nil {
+			return pub, stageError("push", err)
+		}
+		pub.HeadSHA = head
+		return pub, nil
 	}
 	if err != nil {
 		return pub, stageError("push", err)
 	}
-	head, err := c.git.run(ctx, false, "rev-parse", "HEAD")
-	if err != nil {
-		return pub, stageError("push", err)
-	}
-	pub.HeadSHA = strings.TrimSpace(head)
+	pub.HeadSHA = head
 	return pub, nil
 }
 
-// stagedDiff reads the index against the task's start: numstat, and the added lines
-// unless the change is too large for the gate anyway.
-func (c *Checkout) stagedDiff(ctx context.Context) (Diff, error) {
-	common := []string{"diff", "--cached", "--no-renames", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/"}
-	out, err := c.git.run(ctx, false, append(common, "--numstat", "-z", c.start)...)
+func (c *Checkout) head(ctx context.Context) (string, error) {
+	out, err := c.git.run(ctx, false, "rev-parse", "--verify", "HEAD^{commit}")
+	return strings.TrimSpace(out), err
+}
+
+// limits is the diff gate's policy for this workspace.
+func (c *Checkout) limits() DiffLimits {
+	return DiffLimits{AllowWorkflows: c.spec.AllowWorkflows, MaxFiles: c.spec.MaxFiles, MaxLines: c.spec.MaxLines,
+		MaxBytes: c.gate.MaxBytes, Protected: c.gate.Protected}
+}
+
+// check runs the diff gate over every commit in from..to.
+func (c *Checkout) check(ctx context.Context, from, to string) (Publication, error) {
+	d, err := c.rangeDiff(ctx, from, to)
+	var rej *DiffRejectedError
+	if errors.As(err, &rej) {
+		return Publication{}, err
+	}
+	if err != nil {
+		return Publication{}, stageError("commit", err)
+	}
+	pub := Publication{Files: len(d.Files), Lines: d.Lines()}
+	if reasons := CheckDiff(d, c.limits()); len(reasons) > 0 {
+		return pub, &DiffRejectedError{Reasons: reasons, Files: pub.Files, Lines: pub.Lines}
+	}
+	return pub, nil
+}
+
+// rangeDiff reads what each commit of from..to changes against its parent. from must be
+// an ancestor of to and every commit must have one parent: anything else is history the
+// task did not write, refused as RuleRef.
+func (c *Checkout) rangeDiff(ctx context.Context, from, to string) (Diff, error) {
+	refuse := func(detail string) error {
+		return &DiffRejectedError{Reasons: []DiffReason{{Rule: RuleRef, Detail: detail}}}
+	}
+	if _, err := c.git.run(ctx, false, "merge-base", "--is-ancestor", from, to); err != nil {
+		return Diff{}, refuse("the commits to push do not descend from the task's start")
+	}
+	out, err := c.git.run(ctx, false, "rev-list", "--reverse", "--parents", from+".."+to)
+	if err != nil {
+		return Diff{}, err
+	}
+	var all Diff
+	for line := range strings.Lines(out) {
+		ids := strings.Fields(line)
+		if len(ids) != 2 {
+			return Diff{}, refuse("commit " + ids[0] + " is a merge or has no parent")
+		}
+		d, err := c.commitDiff(ctx, ids[1], ids[0])
+		if err != nil {
+			return Diff{}, err
+		}
+		// A commit too large to read has no added lines; the sums then break a limit.
+		all.Files = append(all.Files, d.Files...)
+		all.Added = append(all.Added, d.Added...)
+	}
+	return all, nil
+}
+
+// commitDiff reads what commit b changes against a: numstat with every file read as text
+// (-a: .gitattributes cannot hide a file from the gate), the new blobs' modes and sizes,
+// symlink targets, and the added lines unless the change is too large for the gate
+// anyway.
+func (c *Checkout) commitDiff(ctx context.Context, a, b string) (Diff, error) {
+	common := []string{"diff", "-a", "--no-renames", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/"}
+	out, err := c.git.run(ctx, false, append(common, "--numstat", "-z", a, b)...)
 	if err != nil {
 		return Diff{}, err
 	}
@@ -476,12 +627,56 @@ func (c *Checkout) stagedDiff(ctx context.Context) (Diff, error) {
 	if err != nil {
 		return Diff{}, err
 	}
+	rawOut, err := c.git.run(ctx, false, "diff-tree", "-r", "-z", "--raw", "--no-renames", a, b)
+	if err != nil {
+		return Diff{}, err
+	}
+	raw, err := parseRaw([]byte(rawOut))
+	if err != nil {
+		return Diff{}, err
+	}
+	byPath := map[string]rawChange{}
+	var blobs strings.Builder
+	for _, r := range raw {
+		byPath[r.Path] = r
+		if r.NewBlob != "" && r.NewMode != modeGitlink {
+			blobs.WriteString(r.NewBlob + "\n")
+		}
+	}
+	sizes := map[string]int64{}
+	if blobs.Len() > 0 {
+		out, err := c.git.runInput(ctx, false, blobs.String(), "cat-file", "--batch-check")
+		if err != nil {
+			return Diff{}, err
+		}
+		for line := range strings.Lines(out) {
+			f := strings.Fields(line)
+			if len(f) == 3 {
+				n, _ := strconv.ParseInt(f[2], 10, 64)
+				sizes[f[0]] = n
+			}
+		}
+	}
+	for i := range files {
+		r, ok := byPath[files[i].Path]
+		if !ok {
+			continue
+		}
+		files[i].Mode, files[i].Bytes = r.NewMode, sizes[r.NewBlob]
+		if r.NewMode == modeSymlink && files[i].Bytes <= 4096 {
+			target, err := c.git.run(ctx, false, "cat-file", "blob", r.NewBlob)
+			if err != nil {
+				return Diff{}, err
+			}
+			files[i].Target = target
+		}
+	}
 	d := Diff{Files: files}
-	lim := DiffLimits{MaxFiles: c.spec.MaxFiles, MaxLines: c.spec.MaxLines}.withDefaults()
-	if len(files) == 0 || len(files) > lim.MaxFiles || d.Lines() > lim.MaxLines {
+	lim := c.limits().withDefaults()
+	if len(files) == 0 || len(files) > lim.MaxFiles || d.Lines() > lim.MaxLines || d.Bytes() > lim.MaxBytes {
 		return d, nil
 	}
-	patch, err := c.git.run(ctx, false, append(common, "-U0", c.start)...)
+	patch, err := c.git.run(ctx, false, append(common, "-U0", a, b)...)
 	if err != nil {
 		return Diff{}, err
 	}
@@ -489,9 +684,10 @@ func (c *Checkout) stagedDiff(ctx context.Context) (Diff, error) {
 	return d, nil
 }
 
-// push pushes HEAD to the plan branch, fast-forward only.
-func (c *Checkout) push(ctx context.Context) error {
-	out, err := c.git.run(ctx, true, "push", "--porcelain", "--no-verify", "origin", "HEAD:refs/heads/"+c.spec.Branch)
+// push pushes commit head to the plan branch, fast-forward only, with an explicit refspec
+// naming that one ref: no tag, note or replace ref goes along.
+func (c *Checkout) push(ctx context.Context, head string) error {
+	out, err := c.remote(ctx, "push", "--porcelain", "--no-verify", "--no-follow-tags", "origin", head+":refs/heads/"+c.spec.Branch)
 	if err == nil {
 		return nil
 	}
@@ -518,17 +714,21 @@ func pushLostRace(line string) bool {
 		strings.Contains(line, "[remote rejected]") && strings.Contains(line, "reference already exists")
 }
 
-// rebase replays the task's commit on the branch's new head.
-func (c *Checkout) rebase(ctx context.Context) error {
+// rebase replays the task's commit on the branch's new head, which it returns.
+func (c *Checkout) rebase(ctx context.Context) (string, error) {
 	remoteRef := "refs/remotes/origin/" + c.spec.Branch
-	if _, err := c.git.run(ctx, true, "fetch", "-q", "--no-tags", "origin", "+refs/heads/"+c.spec.Branch+":"+remoteRef); err != nil {
-		return stageError("rebase", err)
+	if _, err := c.remote(ctx, "fetch", "-q", "--no-tags", "origin", "+refs/heads/"+c.spec.Branch+":"+remoteRef); err != nil {
+		return "", stageError("rebase", err)
+	}
+	base, err := c.git.run(ctx, false, "rev-parse", "--verify", remoteRef+"^{commit}")
+	if err != nil {
+		return "", stageError("rebase", err)
 	}
 	if _, err := c.git.run(ctx, false, "rebase", "-q", "--no-autosquash", remoteRef); err != nil {
 		_, _ = c.git.run(context.WithoutCancel(ctx), false, "rebase", "--abort")
-		return stageError("rebase", fmt.Errorf("the task's commit does not apply on the branch's new head: %w", err))
+		return "", stageError("rebase", fmt.Errorf("the task's commit does not apply on the branch's new head: %w", err))
 	}
-	return nil
+	return strings.TrimSpace(base), nil
 }
 
 // Remove deletes the workspace of planID, waiting for its lock so that no task of this
@@ -590,19 +790,25 @@ func (g git) run(ctx context.Context, remote bool, args ...string) (string, erro
 }
 
 // runInput runs git args with stdin; remote commands get the token. Output is redacted.
+// Each command gets a HOME of its own, empty, removed afterwards.
 func (g git) runInput(ctx context.Context, remote bool, stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
 	defer cancel()
+	home, err := os.MkdirTemp("", "whilly-git-home-")
+	if err != nil {
+		return "", fmt.Errorf("create an empty HOME for git: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(home) }()
 	cmd := exec.CommandContext(ctx, g.bin, args...)
 	cmd.Dir = g.dir
-	cmd.Env = g.env(remote)
+	cmd.Env = g.env(remote, home)
 	cmd.WaitDelay = 5 * time.Second
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	err = cmd.Run()
 	out := stdout.String()
 	if err == nil {
 		return out, nil
@@ -631,15 +837,18 @@ func (g git) scrub(s string) string {
 	return s
 }
 
-// env is the environment of a git command: the worker's, without git variables that
-// would redirect or reconfigure it, plus whilly's settings as GIT_CONFIG_* entries and,
-// for commands that talk to the remote, the token as an Authorization header scoped to
-// the clone URL.
-func (g git) env(remote bool) []string {
+// env is the environment of a git command (SPEC §16: git outside the box, clean): the
+// worker's, without git's own variables and without HOME, plus an empty HOME, no system
+// or global configuration (so nothing an agent wrote to ~/.gitconfig, ~/.config/git or
+// $GIT_CONFIG_GLOBAL counts), replace refs and grafts ignored, and whilly's settings as
+// GIT_CONFIG_* entries: hooks off, no fsmonitor, no credential helper, ext:: refused.
+// Commands that talk to the remote also get the token, as an Authorization header
+// scoped to the clone URL.
+func (g git) env(remote bool, home string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "GIT_") && !keptGitVar(name) {
+		if (strings.HasPrefix(name, "GIT_") && !keptGitVar(name)) || name == "HOME" || name == "XDG_CONFIG_HOME" {
 			continue
 		}
 		env = append(env, kv)
@@ -651,14 +860,17 @@ func (g git) env(remote bool) []string {
 	if email == "" {
 		email = defaultAuthorEmail
 	}
-	env = append(env, "GIT_TERMINAL_PROMPT=0", "GCM_INTERACTIVE=never", "LC_ALL=C",
+	env = append(env, "HOME="+home, "XDG_CONFIG_HOME="+home, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull,
+		"GIT_NO_REPLACE_OBJECTS=1", "GIT_TERMINAL_PROMPT=0", "GCM_INTERACTIVE=never", "LC_ALL=C",
 		"GIT_AUTHOR_NAME="+name, "GIT_AUTHOR_EMAIL="+email, "GIT_COMMITTER_NAME="+name, "GIT_COMMITTER_EMAIL="+email)
 	cfg := [][2]string{
 		{"core.hooksPath", os.DevNull}, // no hook runs, whatever the agent left in .git/hooks
 		{"core.fsmonitor", "false"},
+		{"protocol.ext.allow", "never"}, // no ext:: URL runs a command
 		{"commit.gpgSign", "false"},
 		{"credential.helper", ""}, // no helper is asked for, or stores, anything
-		{"gc.auto", "0"},          // no background gc holding files while a workspace is removed
+		{"push.followTags", "false"},
+		{"gc.auto", "0"}, // no background gc holding files while a workspace is removed
 		{"init.defaultBranch", "main"},
 		{"advice.detachedHead", "false"},
 	}
@@ -673,13 +885,11 @@ func (g git) env(remote bool) []string {
 }
 
 // keptGitVar reports the git variables of the worker's environment that git still sees:
-// TLS, SSH and the machine owner's choice of global and system config. The others
-// (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, GIT_CONFIG_COUNT, GIT_TRACE* …) would redirect,
-// reconfigure or trace the workspace's git.
+// TLS and SSH settings. The others (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE,
+// GIT_CONFIG_*, GIT_TRACE* …) would redirect, reconfigure or trace the workspace's git.
 func keptGitVar(name string) bool {
 	switch name {
-	case "GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND",
-		"GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM", "GIT_HTTP_USER_AGENT":
+	case "GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_HTTP_USER_AGENT":
 		return true
 	}
 	return false
