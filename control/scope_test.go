@@ -114,7 +114,7 @@ func TestScopedWorkersSeeOnlyTheirInstallation(t *testing.T) {
 	for _, path := range []string{"/v1/plans/a-victim", "/v1/plans/a-victim/tasks"} {
 		status, body := unknown(path)
 		_, want := unknown(strings.Replace(path, "a-victim", "no-such-plan", 1))
-		if status != 404 || strings.Replace(body, "a-victim", "X", -1) != strings.Replace(want, "no-such-plan", "X", -1) {
+		if status != 404 || strings.ReplaceAll(body, "a-victim", "X") != strings.ReplaceAll(want, "no-such-plan", "X") {
 			t.Errorf("GET %s: %d %s, want the 404 of an unknown plan (%s)", path, status, body, want)
 		}
 	}
