@@ -146,20 +146,33 @@ func (w *Workspaces) token(ctx context.Context, inst int64, repo Repo) (Token, e
 }
 
 // record keeps the lease's token, sealed, until PushTokens revokes it when the lease
-// ends. A token that cannot be recorded is revoked at once and not handed out.
+// ends; a token the lease had before (its claim delivered again) is revoked now. A token
+// that cannot be recorded is revoked at once and not handed out.
 func (w *Workspaces) record(ctx context.Context, l queue.Lease, inst int64, tok Token) error {
+	var old []byte
 	sealed, err := w.seal.seal(tok.Value)
 	if err == nil {
-		err = w.store.RecordPushToken(ctx, queue.PushToken{LeaseID: l.LeaseID, PlanID: l.PlanID, TaskID: l.TaskID,
+		old, err = w.store.RecordPushToken(ctx, queue.PushToken{LeaseID: l.LeaseID, PlanID: l.PlanID, TaskID: l.TaskID,
 			InstallationID: inst, Sealed: sealed, ExpiresAt: tok.ExpiresAt})
 	}
-	if err == nil {
-		return nil
+	if err != nil {
+		w.revokeQuietly(ctx, l, tok.Value)
+		return err
 	}
-	if rerr := w.revoke(context.WithoutCancel(ctx), tok.Value); rerr != nil {
-		w.log.WarnContext(ctx, "an unrecorded push token could not be revoked; it expires within the hour", "plan_id", l.PlanID, "error", rerr)
+	if old != nil {
+		if prev, err := w.seal.open(old); err == nil {
+			w.revokeQuietly(ctx, l, prev)
+		}
 	}
-	return err
+	return nil
+}
+
+// revokeQuietly revokes a token that must not live on; a failure is logged (the token
+// expires within the hour).
+func (w *Workspaces) revokeQuietly(ctx context.Context, l queue.Lease, token string) {
+	if err := w.revoke(context.WithoutCancel(ctx), token); err != nil {
+		w.log.WarnContext(ctx, "a push token could not be revoked; it expires within the hour", "plan_id", l.PlanID, "task_id", l.TaskID, "error", err)
+	}
 }
 
 // installation finds the installation of repo through the App (cached).

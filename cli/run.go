@@ -166,6 +166,10 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		mu.Unlock()
 		progress.outcome(out)
 	}
+	gate, err := worker.GateFromConfig(a.cfg)
+	if err != nil {
+		return envf("%v", err)
+	}
 	started := time.Now()
 	runCtx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
@@ -181,7 +185,7 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		}
 		wk, err := worker.New(api, ag, a.log, worker.Config{
 			WorkerID: w.ID, PlanID: o.planID, Model: o.model, Drain: true, ClaimWait: 5 * time.Second,
-			AgentTimeout: timeout, LogDir: logDir, OnResult: onResult, Sandbox: acfg.Sandbox,
+			AgentTimeout: timeout, LogDir: logDir, OnResult: onResult, Sandbox: acfg.Sandbox, Gate: gate,
 		})
 		if err != nil {
 			return err

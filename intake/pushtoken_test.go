@@ -64,9 +64,9 @@ func TestPushTokenPerClaimRevokedWhenTheLeaseEnds(t *testing.T) {
 		return resp.StatusCode
 	}
 	var seen []string
-	claim := func() *client.Claim {
+	claim := func(key string) *client.Claim {
 		t.Helper()
-		c, err := api.Claim(ctx, client.ClaimRequest{PlanID: p.ID, WaitSeconds: 5})
+		c, err := api.Claim(ctx, client.ClaimRequest{PlanID: p.ID, WaitSeconds: 5, IdempotencyKey: key})
 		if err != nil || c == nil || c.Workspace == nil || c.Workspace.Token == "" {
 			t.Fatalf("claim = %+v, %v; want a task with a workspace and its token", c, err)
 		}
@@ -92,26 +92,36 @@ func TestPushTokenPerClaimRevokedWhenTheLeaseEnds(t *testing.T) {
 		}
 	}
 
-	c := claim()
+	c := claim("")
 	if _, err := api.Complete(ctx, p.ID, c.Task.ID, client.CompleteRequest{LeaseID: c.Lease.ID, NoChanges: true}); err != nil {
 		t.Fatal(err)
 	}
 	revoked("complete", c)
 
-	c = claim()
+	// A claim delivered again (its answer was lost) gets a new token for the same lease;
+	// the one it replaces is revoked at once.
+	const key = "0f0e0d0c-0b0a-4908-8706-050403020100"
+	lost := claim(key)
+	c = claim(key)
+	if c.Lease.ID != lost.Lease.ID {
+		t.Fatalf("the claim delivered again has lease %s, want %s", c.Lease.ID, lost.Lease.ID)
+	}
+	if tokenRequest(lost.Workspace.Token).RevokedAt.IsZero() {
+		t.Error("the token of the lost answer is still live")
+	}
 	retry := true
 	if _, err := api.Fail(ctx, p.ID, c.Task.ID, client.FailRequest{LeaseID: c.Lease.ID, Reason: "agent_error", Retryable: &retry}); err != nil {
 		t.Fatal(err)
 	}
 	revoked("fail", c)
 
-	c = claim()
+	c = claim("")
 	if _, err := api.Release(ctx, p.ID, c.Task.ID, client.LeaseRequest{LeaseID: c.Lease.ID, Reason: "shutdown"}); err != nil {
 		t.Fatal(err)
 	}
 	revoked("release", c)
 
-	c = claim()
+	c = claim("")
 	if _, err := e.pool.Exec(ctx, `UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE lease_id = $1`, c.Lease.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -23,14 +23,21 @@ type PushToken struct {
 const leaseEnded = `NOT EXISTS (SELECT 1 FROM tasks t WHERE t.plan_id = pt.plan_id AND t.id = pt.task_id
 	AND t.lease_id = pt.lease_id AND t.status IN ('CLAIMED', 'IN_PROGRESS'))`
 
-// RecordPushToken remembers the push token handed to a lease, until it is revoked.
-func (s *Store) RecordPushToken(ctx context.Context, t PushToken) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO push_tokens (lease_id, plan_id, task_id, installation_id, sealed, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6)`, t.LeaseID, t.PlanID, t.TaskID, t.InstallationID, t.Sealed, t.ExpiresAt)
+// RecordPushToken remembers the push token handed to a lease, until it is revoked. A
+// claim delivered again (its answer was lost) gets a new token: the one it replaces is
+// returned (sealed; nil when there was none), for the caller to revoke.
+func (s *Store) RecordPushToken(ctx context.Context, t PushToken) ([]byte, error) {
+	var old []byte
+	err := s.pool.QueryRow(ctx, `WITH old AS (SELECT sealed FROM push_tokens WHERE lease_id = $1)
+		INSERT INTO push_tokens (lease_id, plan_id, task_id, installation_id, sealed, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (lease_id) DO UPDATE SET installation_id = EXCLUDED.installation_id, sealed = EXCLUDED.sealed,
+			expires_at = EXCLUDED.expires_at
+		RETURNING (SELECT sealed FROM old)`, t.LeaseID, t.PlanID, t.TaskID, t.InstallationID, t.Sealed, t.ExpiresAt).Scan(&old)
 	if err != nil {
-		return fmt.Errorf("record the push token of lease %s: %w", t.LeaseID, err)
+		return nil, fmt.Errorf("record the push token of lease %s: %w", t.LeaseID, err)
 	}
-	return nil
+	return old, nil
 }
 
 // HasEndedPushTokens reports, in the transaction of a change of plan planID, whether a

@@ -163,7 +163,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		}
 		*workerID = me.ID
 	}
-	gate, err := gateFromConfig(c)
+	gate, err := GateFromConfig(c)
 	if err != nil {
 		return fail(2, "%v", err)
 	}
@@ -229,9 +229,9 @@ func revokeSelf(ctx context.Context, api *client.Client, workerID string, log *s
 	log.InfoContext(ctx, "worker token revoked", "worker_id", workerID)
 }
 
-// gateFromConfig reads the diff gate's policy: WHILLY_PROTECTED_PATHS (globs) and
+// GateFromConfig reads the diff gate's policy: WHILLY_PROTECTED_PATHS (globs) and
 // WHILLY_DIFF_MAX_BYTES.
-func gateFromConfig(c *config.Env) (GatePolicy, error) {
+func GateFromConfig(c *config.Env) (GatePolicy, error) {
 	protected, err := ParseProtectedPaths(strings.Join(c.List(config.ProtectedPaths), ","))
 	if err != nil {
 		return GatePolicy{}, fmt.Errorf("%s: %w", config.ProtectedPaths, err)
