@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 
@@ -269,6 +270,28 @@ func TestAllowedOwners(t *testing.T) {
 		e := newEnv(t, envOptions{allowedOwners: []string{"acme", "codertocat"}})
 		if pi := e.intake(); pi.Status != plan.PlanActive {
 			t.Errorf("plan %s is %s", pi.ID, pi.Status)
+		}
+	})
+}
+
+// FuzzStripHidden: whatever the issue holds, the text given to the planner and the agent
+// holds no invisible or control character but newline and tab, and StripHidden says it
+// removed something exactly when the text changed.
+func FuzzStripHidden(f *testing.F) {
+	for _, c := range hiddenCases {
+		f.Add(c.body)
+	}
+	f.Add("## Steps\r\n- [ ] Fix ⚠️ it\r\n<details>log</details>\n[^1]: note")
+	f.Fuzz(func(t *testing.T, body string) {
+		out, kinds := intake.StripHidden(body)
+		for _, r := range out {
+			if r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || (r >= 0xE0000 && r <= 0xE01EF)) {
+				t.Fatalf("StripHidden(%q) kept %U", body, r)
+			}
+		}
+		normalized := strings.ReplaceAll(strings.ReplaceAll(body, "\r\n", "\n"), "\r", "\n")
+		if (len(kinds) > 0) != (out != normalized) {
+			t.Fatalf("StripHidden(%q) = %q with kinds %v", body, out, kinds)
 		}
 	})
 }
