@@ -157,3 +157,33 @@ func TestMetricsWithoutTokenNameNoPlan(t *testing.T) {
 		}
 	}
 }
+
+// A lost attempt's charge counts in the spend once, however often it is sent.
+func TestMetricsCountALostAttemptsChargeOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	e.importPlan(`{"plan_id": "lost", "project": "Lost", "tasks": [
+		{"id": "A", "priority": "high", "description": "the task whose report is lost"}]}`)
+	w, _ := e.worker()
+	c, err := w.Claim(ctx, client.ClaimRequest{})
+	if err != nil || c == nil {
+		t.Fatal(c, err)
+	}
+	// Cancelling the plan withdraws the task: the worker's lease is lost, not ended by it.
+	if _, err := e.client(e.admin).PatchPlan(ctx, "lost", client.PatchPlanRequest{Status: "CANCELLED"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		res, err := w.Charge(ctx, c.Task.PlanID, c.Task.ID, client.ChargeRequest{LeaseID: c.Lease.ID, CostUSD: 500_000, Reason: "report lost"})
+		if err != nil || res.Charged != want {
+			t.Fatalf("charge %d: %+v, %v; want charged=%v", i+1, res, err, want)
+		}
+	}
+	_, body := e.do("GET", "/metrics", "", nil)
+	for _, want := range []string{`whilly_spend_usd_total{installation="none"} 0.5`, `whilly_attempts_total{outcome="released"} 0`} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
