@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -58,7 +59,9 @@ func TestBatchedCompletionsSettleThePlanOnce(t *testing.T) {
 		for i, w := range ws {
 			wg.Go(func() {
 				var next *queue.Claim
-				for range 4 * tasks { // enough for any share of the plan; a chain waits in between
+				// Until the plan ends; a chain's workers find nothing while a link runs, so
+				// a count of rounds would run out on a busy machine.
+				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 					c := next
 					next = nil
 					if c == nil {
