@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -77,6 +78,7 @@ func New(cfg Config) (*Sandbox, error) {
 	help, _ := exec.Command(path, "--help").CombinedOutput() //nolint:noctx // a local binary's usage, at once
 	s.disableUserns = bytes.Contains(help, []byte("--disable-userns"))
 	s.etcMasks = unreadable("/etc")
+	removeStaleBoxes(os.TempDir())
 	return s, nil
 }
 
@@ -171,9 +173,13 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "whilly-box-")
+	tmp, err := os.MkdirTemp("", boxDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: make the box's directory: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, fmt.Errorf("sandbox: mark the box's directory: %w", err)
 	}
 	c := &Cmd{Dir: dir, Mode: ModeBwrap, Net: s.net, tmp: tmp, home: home, profile: profileOf(spec.Agent)}
 	boxHomeDir := filepath.Join(tmp, "home")
@@ -443,6 +449,38 @@ func unreadable(root string) []string {
 		return nil
 	})
 	return out
+}
+
+// A box's directory, and the file in it naming the worker that made it.
+const (
+	boxDirPrefix = "whilly-box-"
+	ownerFile    = "owner.pid"
+)
+
+// removeStaleBoxes removes the directories of boxes whose worker died without closing
+// them (SIGKILL): they hold copies of the agent's credentials. A box of a live process
+// stays.
+func removeStaleBoxes(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), boxDirPrefix) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		b, err := readRegular(filepath.Join(p, ownerFile), false)
+		if err != nil {
+			continue // not ours to judge (yet)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || processAlive(pid) {
+			continue
+		}
+		c := &Cmd{tmp: p}
+		c.Close()
+	}
 }
 
 // maxConfigFile bounds what is copied into and out of a box's HOME.

@@ -404,3 +404,41 @@ rm .codex/auth.json && mkfifo .codex/auth.json`, hostJSON},
 		}
 	}
 }
+
+// The box directories of a worker that was killed (credentials copies in them) are
+// removed; a live worker's, and one not yet marked, stay.
+func TestStaleBoxesAreRemoved(t *testing.T) {
+	t.Parallel()
+	dead := exec.CommandContext(ctxT(t), "/bin/true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	mk := func(name, owner string) string {
+		p := filepath.Join(dir, boxDirPrefix+name)
+		if err := os.MkdirAll(filepath.Join(p, "home", ".claude"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "home", ".claude", ".credentials.json"), []byte(`{}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if owner != "" {
+			if err := os.WriteFile(filepath.Join(p, ownerFile), []byte(owner), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	stale := mk("stale", fmt.Sprint(dead.Process.Pid))
+	live := mk("live", fmt.Sprint(os.Getpid()))
+	unmarked := mk("new", "")
+	removeStaleBoxes(dir)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the dead worker's box is still there: %v", err)
+	}
+	for _, p := range []string{live, unmarked} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+	}
+}
