@@ -252,8 +252,9 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if req.PlanID != "" {
-		// A plan outside the worker's scopes is answered like an unknown one.
+	if req.PlanID != "" && !p.worker.Scopes.Unlimited() {
+		// A plan outside the worker's scopes is answered like an unknown one. (The claim
+		// statement never hands out such a task either; this says so at once.)
 		if _, err := s.scopedPlan(r, req.PlanID); err != nil {
 			s.writeError(w, r, err)
 			return
