@@ -52,7 +52,7 @@ func TestHostileInputIsRefusedAndWritesNothing(t *testing.T) {
 	if err != nil || cl == nil {
 		t.Fatalf("claim: %v, %v", cl, err)
 	}
-	admin := bootstrapToken
+	admin := c.adminToken()
 	lease := cl.Lease.ID
 	task := "/v1/plans/hostile/tasks/" + cl.Task.ID
 	dir := t.TempDir()

@@ -270,17 +270,22 @@ func (c *cluster) api(base, token string) *client.Client {
 	return api
 }
 
+// adminToken mints an admin API token: the bootstrap token only registers workers.
+func (c *cluster) adminToken() string {
+	c.t.Helper()
+	tok, _, err := queue.NewStore(c.pool, nil, queue.Config{}).MintToken(context.Background(), "e2e", true, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return tok
+}
+
 // importPlan imports a plan file through the API.
 func (c *cluster) importPlan(base string, doc []byte) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// The bootstrap token only registers workers: importing takes an admin token.
-	admin, _, err := queue.NewStore(c.pool, nil, queue.Config{}).MintToken(ctx, "e2e", true, nil)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if _, err := c.api(base, admin).ImportPlan(ctx, doc, false); err != nil {
+	if _, err := c.api(base, c.adminToken()).ImportPlan(ctx, doc, false); err != nil {
 		c.t.Fatalf("import plan: %v", err)
 	}
 }
