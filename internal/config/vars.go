@@ -111,7 +111,7 @@ func Vars() []Var {
 		{Name: PublicURL, Section: secServer, Kind: KindURL, Commands: []Command{Serve, Run, Forge, AppCmd, Doctor},
 			Doc: "the control plane's external URL: links in GitHub comments, the App's webhook URL"},
 		{Name: BootstrapToken, Section: secServer, Kind: KindSecret, Commands: []Command{Serve, Run, Worker, Register},
-			Doc: "lets workers register (`POST /v1/workers/register`); it also counts as an admin token"},
+			Doc: "lets workers register (`POST /v1/workers/register`) and do nothing else; whilly-worker deletes its _FILE once read"},
 		{Name: MetricsToken, Section: secServer, Kind: KindSecret, Commands: srv,
 			Doc: "bearer token `/metrics` requires; when set, metrics also carry plan labels"},
 		{Name: APIToken, Section: secServer, Kind: KindSecret, Commands: []Command{Dashboard, Events},
