@@ -51,6 +51,13 @@ printf '{"result": "did %s <promise>COMPLETE</promise>", "total_cost_usd": 0.01}
 // pushing to the fake GitHub with the minted tokens. It returns the workspace directory.
 func runWithGitWorkers(t *testing.T, e *env, planID string, workers int) string {
 	t.Helper()
+	return runGitAgent(t, e, planID, workers, editAgent, "")
+}
+
+// runGitAgent is runWithGitWorkers with the agent script given, run with HOME home ("": a
+// directory of its own).
+func runGitAgent(t *testing.T, e *env, planID string, workers int, agentScript, home string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
 	defer cancel()
 	listener := queue.NewListener(e.pool, nil)
@@ -61,10 +68,13 @@ func runWithGitWorkers(t *testing.T, e *env, planID string, workers int) string 
 	defer srv.Drain()
 	dir := t.TempDir()
 	script := filepath.Join(dir, "agent.sh")
-	if err := os.WriteFile(script, []byte(editAgent), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(agentScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ag, err := agent.New(agent.NameCommand, agent.Config{Command: script, BaseEnv: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}})
+	if home == "" {
+		home = dir
+	}
+	ag, err := agent.New(agent.NameCommand, agent.Config{Command: script, BaseEnv: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home}})
 	if err != nil {
 		t.Fatal(err)
 	}
