@@ -31,7 +31,7 @@ A plan file is JSON: {"plan_id", "project", "budget_usd", "tasks": [{"id", "prio
 See the README for the whole format.`,
 	}
 	cmd.AddCommand(a.planImport(), a.planApply(), a.planCreate(), a.planExport(), a.planShow(),
-		a.planList(), a.planReset(), a.planBudget(), a.planCancel(), a.planTriz())
+		a.planList(), a.planReset(), a.planBudget(), a.planCancel(), a.planTriz(), a.planTask())
 	return cmd
 }
 

@@ -1,0 +1,206 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+func (a *app) planTask() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "task",
+		Short: "Add, edit, remove or reset one task of a plan",
+		Long: `Change one task of a stored plan. A task file holds one task in the plan-file format
+({"id", "priority", "description", "dependencies", ...}); it is checked with the rest of the
+plan like an import (ids, dependencies, cycles), and nothing is written when it is invalid.`,
+		Example: `  whilly plan task add demo task.json
+  whilly plan task edit demo AUTH-2 task.json
+  whilly plan task rm demo CLEANUP-1
+  whilly plan task reset demo AUTH-1 --cascade`,
+	}
+	cmd.AddCommand(a.planTaskAdd(), a.planTaskEdit(), a.planTaskRemove(), a.planTaskReset())
+	return cmd
+}
+
+func (a *app) planTaskAdd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "add ID FILE",
+		Short:   "Add a task to a plan (a finished plan is ACTIVE again); - reads standard input",
+		Example: `  whilly plan task add demo task.json`,
+		Args:    exactArgs(2, "a plan id and a task file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.changeTask(cmd.Context(), args[0], "", args[1])
+		},
+	}
+}
+
+func (a *app) planTaskEdit() *cobra.Command {
+	return &cobra.Command{
+		Use:   "edit ID TASK FILE",
+		Short: "Replace the definition of a task that has not run yet",
+		Long: `Replace the definition of TASK with the one in FILE (same id). Only a task that has not
+run — PENDING, or SKIPPED by the decision gate — may change; the gate judges it again.`,
+		Example: `  whilly plan task edit demo AUTH-2 task.json`,
+		Args:    exactArgs(3, "a plan id, a task id and a task file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.changeTask(cmd.Context(), args[0], args[1], args[2])
+		},
+	}
+}
+
+// changeTask adds the task in file to the plan (edit "") or replaces task edit with it,
+// through an import of the whole plan: the same checks, events and status rules.
+func (a *app) changeTask(ctx context.Context, planID, edit, file string) error {
+	raw, err := a.readTaskFile(file)
+	if err != nil {
+		return err
+	}
+	var task map[string]any
+	if err := json.Unmarshal(raw, &task); err != nil || task == nil {
+		return failf("task file %s must hold one JSON object (a task in the plan-file format)", file)
+	}
+	id, _ := task["id"].(string)
+	if edit != "" && id != edit {
+		return failf("task file %s describes task %q, not %s: an edit keeps the task's id", file, id, edit)
+	}
+	return a.withStore(ctx, func(st *queue.Store) error {
+		p, err := st.Export(ctx, planID)
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, t := range p.Tasks {
+			found = found || t.ID == id
+		}
+		switch {
+		case edit == "" && found:
+			return failf("plan %s already has a task %s: change it with 'whilly plan task edit %s %s FILE'", planID, id, planID, id)
+		case edit != "" && !found:
+			return failf("plan %s has no task %s: add it with 'whilly plan task add %s FILE'", planID, edit, planID)
+		}
+		data, err := plan.Encode(p)
+		if err != nil {
+			return fmt.Errorf("encode plan %s: %w", planID, err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(data, &doc); err != nil {
+			return fmt.Errorf("decode plan %s: %w", planID, err)
+		}
+		tasks, _ := doc["tasks"].([]any)
+		if edit == "" {
+			tasks = append(tasks, task)
+		}
+		for i, t := range tasks {
+			if m, ok := t.(map[string]any); ok && edit != "" && m["id"] == edit {
+				tasks[i] = task
+			}
+		}
+		doc["tasks"] = tasks
+		data, err = json.Marshal(doc)
+		if err != nil {
+			return fmt.Errorf("encode plan %s: %w", planID, err)
+		}
+		attempts, err := a.maxAttempts()
+		if err != nil {
+			return err
+		}
+		changed, err := plan.ParseWith(data, plan.ParseOptions{MaxAttempts: attempts})
+		if err != nil {
+			return err
+		}
+		res, err := st.Import(ctx, changed, queue.ImportOptions{})
+		if err != nil {
+			return err
+		}
+		switch {
+		case edit == "":
+			a.printf("plan %s: task %s added%s\n", planID, id, statusText(res))
+		case len(res.TasksUpdated) == 0:
+			a.printf("plan %s: task %s unchanged\n", planID, id)
+		default:
+			t, err := st.GetTask(ctx, planID, id)
+			if err != nil {
+				return err
+			}
+			a.printf("plan %s: task %s changed (%s, gate %s)%s\n", planID, id, t.Status, t.Gate.Decision, statusText(res))
+		}
+		return nil
+	})
+}
+
+// readTaskFile reads a task file ("-" is standard input), bounded like a plan file.
+func (a *app) readTaskFile(path string) ([]byte, error) {
+	var r io.Reader = a.io.In
+	if path != "-" {
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, envf("task file %s does not exist", path)
+		}
+		if err != nil {
+			return nil, envf("open task file: %w", err)
+		}
+		defer func() { _ = f.Close() }() // read only
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxPlanFile+1))
+	if err != nil {
+		return nil, envf("read task file %s: %w", path, err)
+	}
+	if len(data) > maxPlanFile {
+		return nil, failf("task file %s is larger than %d MiB", path, maxPlanFile>>20)
+	}
+	return data, nil
+}
+
+func (a *app) planTaskRemove() *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm ID TASK",
+		Short:   "Remove a task that no other task depends on and that is not running",
+		Example: `  whilly plan task rm demo CLEANUP-1`,
+		Args:    exactArgs(2, "a plan id and a task id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				if err := st.RemoveTask(cmd.Context(), args[0], args[1]); err != nil {
+					return err
+				}
+				a.printf("plan %s: task %s removed; its events stay in the audit log\n", args[0], args[1])
+				return nil
+			})
+		},
+	}
+}
+
+func (a *app) planTaskReset() *cobra.Command {
+	var cascade bool
+	cmd := &cobra.Command{
+		Use:   "reset ID TASK [--cascade]",
+		Short: "Return one finished task to PENDING (--cascade: and the finished tasks that depend on it)",
+		Long: `Return one DONE, FAILED, SKIPPED or CANCELLED task to PENDING (event RESET, attempts and
+errors cleared); a plan that had ended is ACTIVE again. With --cascade every task that
+depends on it, directly or not, and has finished is reset too.`,
+		Example: `  whilly plan task reset demo AUTH-1 --cascade`,
+		Args:    exactArgs(2, "a plan id and a task id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+				ids, err := st.ResetTask(cmd.Context(), args[0], args[1], cascade)
+				if err != nil {
+					return err
+				}
+				a.printf("plan %s: %d tasks back to PENDING: %s\n", args[0], len(ids), strings.Join(ids, ", "))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&cascade, "cascade", false, "also reset the finished tasks that depend on it")
+	return cmd
+}
