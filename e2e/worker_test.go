@@ -222,8 +222,9 @@ wait`)
 	if len(group) < 4 {
 		t.Errorf("the agent's process group %d holds %v, want the leader and its children", started[0], group)
 	}
-	if code := w.wait(t, 60*time.Second); code != 0 {
-		t.Fatalf("worker exited %d, want 0 (--drain, the plan FAILED)", code)
+	// A drained worker whose task ended FAILED exits 1 (SPEC §12).
+	if code := w.wait(t, 60*time.Second); code != 1 {
+		t.Fatalf("worker exited %d, want 1 (--drain, its task and the plan FAILED)", code)
 	}
 	for i, pid := range started {
 		if alive(pid) {
