@@ -140,7 +140,7 @@ func (a *app) changeTask(ctx context.Context, planID, edit, file string) error {
 
 // readTaskFile reads a task file ("-" is standard input), bounded like a plan file.
 func (a *app) readTaskFile(path string) ([]byte, error) {
-	var r io.Reader = a.io.In
+	r := a.io.In
 	if path != "-" {
 		f, err := os.Open(path)
 		if errors.Is(err, fs.ErrNotExist) {
