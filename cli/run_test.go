@@ -49,6 +49,9 @@ func TestRunNeverWaitsSilently(t *testing.T) {
 	if !strings.Contains(stderr, "plan gated cannot go on: nothing runs and none of its 1 pending tasks can be claimed") {
 		t.Errorf("stderr = %q", stderr)
 	}
+	if _, out, _ := run(t, dsn, "", "plan", "show", "gated"); !strings.Contains(out, "CLEANUP-1  Tidy up  [gate: REJECT]") {
+		t.Errorf("plan show does not show the gate's verdict:\n%s", out)
+	}
 }
 
 // TestReapplyTellsTheTruth: fixing the rejected task in the file and applying it again

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/mattn/go-isatty"
@@ -106,6 +107,13 @@ func (a *app) planShow() *cobra.Command {
 	return cmd
 }
 
+// The tree plan show draws is bounded: deeper than maxShowDepth it stops indenting, and
+// a task shows at most maxShowWidth of the tasks under it.
+const (
+	maxShowDepth = 16
+	maxShowWidth = 100
+)
+
 // renderPlan prints the plan header and its tasks as a dependency forest: each task
 // under the first of its dependencies, with the others named after an arrow.
 func (a *app) renderPlan(s styles, pi queue.PlanInfo, tasks []queue.TaskInfo) {
@@ -145,6 +153,11 @@ func (a *app) renderPlan(s styles, pi queue.PlanInfo, tasks []queue.TaskInfo) {
 		if depth == 0 {
 			branch, next = "", ""
 		}
+		if depth >= maxShowDepth {
+			// Deeper levels keep this indentation, marked with their depth: a long chain
+			// prints one line per task, not a staircase whose width grows with it.
+			branch, next = fmt.Sprintf("↳%d ", depth), ""
+		}
 		line := fmt.Sprintf("%s %s%s%s", s.badge(t.Status), prefix, branch, termLine(t.ID))
 		if len(t.Dependencies) > 1 {
 			line += "  ← " + termLine(strings.Join(t.Dependencies[1:], ", "))
@@ -153,10 +166,23 @@ func (a *app) renderPlan(s styles, pi queue.PlanInfo, tasks []queue.TaskInfo) {
 		if t.Attempts > 0 {
 			line += fmt.Sprintf("  (attempts %d/%d)", t.Attempts, t.MaxAttempts)
 		}
+		if pi.Strict && t.Gate.Decision == plan.DecisionReject {
+			line += "  [gate: REJECT]"
+		}
+		if t.Status == plan.StatusPending && t.NotBefore != nil && time.Until(*t.NotBefore) > 0 {
+			line += "  [retry in " + time.Until(*t.NotBefore).Round(time.Second).String() + "]"
+		}
+		if t.LastError != "" {
+			line += "  last error: " + truncate(termLine(firstLine(termText(t.LastError))), 60)
+		}
 		a.printf("%s\n", line)
 		kids := children[t.ID]
-		for k, c := range kids {
+		shown := kids[:min(len(kids), maxShowWidth)]
+		for k, c := range shown {
 			walk(c, prefix+next, k == len(kids)-1, depth+1)
+		}
+		if more := len(kids) - len(shown); more > 0 {
+			a.printf("%s %s%s… and %d more tasks under %s (see --json)\n", strings.Repeat(" ", 11), prefix, next, more, termLine(t.ID))
 		}
 	}
 	for _, r := range roots {
