@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -438,6 +439,18 @@ func TestTokens(t *testing.T) {
 		if _, err := st.AuthenticateToken(ctx, bad); !errors.Is(err, queue.ErrUnauthorized) {
 			t.Errorf("token %q: %v, want unauthorized", bad, err)
 		}
+	}
+	// A prefix that several tokens begin with is ambiguous, not "not found", and revokes
+	// nothing.
+	other, _, err := st.MintToken(ctx, "dev@example.com", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RevokeToken(ctx, "whilly_a_"); !errors.Is(err, queue.ErrConflict) || !strings.Contains(err.Error(), "ambiguous") {
+		t.Fatalf("revoke by a prefix of two tokens: %v, want ambiguous", err)
+	}
+	if _, err := st.AuthenticateToken(ctx, other); err != nil {
+		t.Fatalf("an ambiguous revoke revoked a token: %v", err)
 	}
 	if err := st.RevokeToken(ctx, info.Prefix); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -237,12 +238,27 @@ func (s *Store) ListTokens(ctx context.Context) ([]APIToken, error) {
 
 // RevokeToken revokes the token whose public prefix is prefix.
 func (s *Store) RevokeToken(ctx context.Context, prefix string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE prefix = $1`, prefix)
-	if err != nil {
-		return fmt.Errorf("revoke token %s: %w", prefix, err)
+	// The prefix may be shortened: it must then name one token, not several.
+	var matches []string
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(array_agg(prefix ORDER BY prefix), '{}') FROM (
+			SELECT prefix FROM api_tokens WHERE starts_with(prefix, $1) LIMIT 6) m`, prefix).Scan(&matches); err != nil {
+		return fmt.Errorf("find token %s: %w", prefix, err)
 	}
-	if tag.RowsAffected() == 0 {
+	switch {
+	case len(matches) == 0:
 		return fmt.Errorf("token %s: %w", prefix, ErrNotFound)
+	case len(matches) > 1 && !slices.Contains(matches, prefix):
+		more := ""
+		if len(matches) > 5 {
+			matches, more = matches[:5], " …"
+		}
+		return fmt.Errorf("token prefix %q is ambiguous: it begins %s%s; give more of it: %w",
+			prefix, strings.Join(matches, ", "), more, ErrConflict)
+	case len(matches) == 1:
+		prefix = matches[0]
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE prefix = $1`, prefix); err != nil {
+		return fmt.Errorf("revoke token %s: %w", prefix, err)
 	}
 	return nil
 }
