@@ -273,7 +273,7 @@ func (a *app) explainStuck(ctx context.Context, st *queue.Store, pi queue.PlanIn
 	if err != nil {
 		return err
 	}
-	o, err := st.OutlookOf(ctx, pi.ID, planLabels(tasks))
+	o, err := st.OutlookOf(ctx, pi.ID, planLabels(tasks), nil)
 	if err != nil {
 		return err
 	}

@@ -665,7 +665,7 @@ func (s *Server) outlook(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Parameter plan_id is too long."))
 		return
 	}
-	o, err := s.store.OutlookOf(r.Context(), planID, p.worker.Labels)
+	o, err := s.store.OutlookOf(r.Context(), planID, p.worker.Labels, p.worker.Scopes)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

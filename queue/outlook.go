@@ -9,16 +9,16 @@ import (
 	"github.com/whilly-go/whilly/plan"
 )
 
-// OutlookOf says what a worker carrying labels may still claim from one plan, or from
-// every ACTIVE plan when planID is "" (plan.LookAhead), and which PENDING tasks are held
+// OutlookOf says what a worker carrying labels and confined to scopes may still claim
+// from one plan, or from every ACTIVE plan of its scopes when planID is ""
+// (plan.LookAhead), and which PENDING tasks are held
 // for good and why. Held tasks carry their plan's id in PlanID order. It reads every open
 // task of those plans, so it is for idle moments: a worker that found nothing to claim,
 // the end of a run.
-func (s *Store) OutlookOf(ctx context.Context, planID string, labels []string) (Outlook, error) {
+func (s *Store) OutlookOf(ctx context.Context, planID string, labels []string, scopes Scopes) (Outlook, error) {
 	var out Outlook
-	rows, err := s.pool.Query(ctx, `SELECT p.id, p.status, coalesce(p.pause_reason, ''),
-			p.budget_usd IS NOT NULL AND p.spent_usd >= p.budget_usd, p.strict
-		FROM plans p WHERE ($1 <> '' AND p.id = $1) OR ($1 = '' AND p.status = 'ACTIVE') ORDER BY p.id`, planID)
+	rows, err := s.pool.Query(ctx, `SELECT `+planColumnsNoCounts+` FROM plans p
+		WHERE ($1 <> '' AND p.id = $1) OR ($1 = '' AND p.status = 'ACTIVE') ORDER BY p.id`, planID)
 	if err != nil {
 		return out, fmt.Errorf("read plans for the outlook: %w", err)
 	}
@@ -27,13 +27,17 @@ func (s *Store) OutlookOf(ctx context.Context, planID string, labels []string) (
 		state  plan.PlanState
 		strict bool
 	}
-	plans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (planRow, error) {
-		var p planRow
-		err := r.Scan(&p.id, &p.state.Status, &p.state.PauseReason, &p.state.BudgetExhausted, &p.strict)
-		return p, err
-	})
+	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PlanInfo, error) { return scanPlan(r) })
 	if err != nil {
 		return out, fmt.Errorf("read plans for the outlook: %w", err)
+	}
+	var plans []planRow
+	for _, pi := range infos {
+		// A worker confined to some plans looks at those only; another plan is unknown.
+		if scopes.Allow(pi) {
+			plans = append(plans, planRow{id: pi.ID, strict: pi.Strict, state: plan.PlanState{Status: pi.Status,
+				PauseReason: pi.PauseReason, BudgetExhausted: plan.Exhausted(pi.Budget, pi.Spent)}})
+		}
 	}
 	if planID != "" && len(plans) == 0 {
 		return out, fmt.Errorf("plan %s: %w", planID, ErrNotFound)

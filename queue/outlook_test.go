@@ -64,7 +64,7 @@ func TestOutlookSaysWhyNothingIsClaimable(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := register(t, st)
-	o, err := st.OutlookOf(ctx, "gate", nil)
+	o, err := st.OutlookOf(ctx, "gate", nil, nil)
 	if err != nil || o.Claimable != 2 || o.Waiting != 1 || len(o.Held) != 2 || o.Drained() {
 		t.Fatalf("outlook at start = %+v, %v; want A and F claimable, AFTER-F waiting, CLEANUP-1 and GPU held", o, err)
 	}
@@ -80,7 +80,7 @@ func TestOutlookSaysWhyNothingIsClaimable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	o, err = st.OutlookOf(ctx, "gate", nil)
+	o, err = st.OutlookOf(ctx, "gate", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +98,18 @@ func TestOutlookSaysWhyNothingIsClaimable(t *testing.T) {
 		}
 	}
 	// Without a plan id it looks at every ACTIVE plan; a GPU worker still has work.
-	o, err = st.OutlookOf(ctx, "", []string{"gpu"})
+	o, err = st.OutlookOf(ctx, "", []string{"gpu"}, nil)
 	if err != nil || o.Claimable != 1 || o.Drained() {
 		t.Fatalf("outlook of a gpu worker = %+v, %v; want GPU claimable", o, err)
 	}
-	if _, err := st.OutlookOf(ctx, "nope", nil); !errors.Is(err, queue.ErrNotFound) {
+	// A worker confined to another plan neither waits on this one nor learns of it.
+	if o, err := st.OutlookOf(ctx, "", []string{"gpu"}, queue.Scopes{"plan:other"}); err != nil || !o.Drained() || len(o.Held) != 0 {
+		t.Fatalf("outlook of a worker scoped elsewhere = %+v, %v; want nothing", o, err)
+	}
+	if _, err := st.OutlookOf(ctx, "gate", nil, queue.Scopes{"plan:other"}); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("outlook of a plan outside the scope: %v, want not found", err)
+	}
+	if _, err := st.OutlookOf(ctx, "nope", nil, nil); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("outlook of an unknown plan: %v, want not found", err)
 	}
 }
