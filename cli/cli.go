@@ -27,6 +27,7 @@ const (
 	ExitOK     = 0
 	ExitFailed = 1 // validation or operation error
 	ExitEnv    = 2 // environment or configuration error
+	ExitUsage  = 2 // a usage error (unknown command or flag, wrong arguments, bad flag value): the command line is the configuration
 )
 
 // exitError carries an exit code and the one sentence printed on stderr.
@@ -48,6 +49,12 @@ func envf(format string, args ...any) error {
 	return &exitError{code: ExitEnv, err: fmt.Errorf(format, args...)}
 }
 
+// usagef is a usage error: an unknown command or flag, a wrong number of arguments or a
+// flag value of the wrong type. Exit 2.
+func usagef(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+}
+
 // IO is where a command reads and writes.
 type IO struct {
 	In     io.Reader
@@ -64,6 +71,10 @@ func StdIO() IO { return IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv
 func Execute(ctx context.Context, args []string, stdio IO) int {
 	root := NewRootCommand(stdio)
 	root.SetArgs(args)
+	// cobra reports an unknown command as a plain error: it is a usage error.
+	if _, _, err := root.Find(args); err != nil {
+		return report(stdio.Err, usagef("%v (see 'whilly --help')", err))
+	}
 	err := root.ExecuteContext(ctx)
 	return report(stdio.Err, err)
 }
@@ -167,7 +178,8 @@ func NewRootCommand(stdio IO) *cobra.Command {
 Plans live in Postgres. With WHILLY_DATABASE_URL unset, whilly starts (or reuses) a private
 Postgres cluster in its data directory (WHILLY_DATA_DIR, default ~/.local/share/whilly).
 
-Exit codes: 0 success, 1 validation or operation error, 2 environment or configuration error.`,
+Exit codes: 0 success, 1 validation or operation error, 2 environment or configuration error
+or a usage error (unknown command or flag, wrong arguments, a flag value of the wrong type).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Every command checks the variables it reads before it does anything, and
@@ -182,7 +194,7 @@ Exit codes: 0 success, 1 validation or operation error, 2 environment or configu
 	root.SetIn(stdio.In)
 	root.SetOut(stdio.Out)
 	root.SetErr(stdio.Err)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return failf("%v (see --help)", err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v (see --help)", err) })
 	info := version.Get()
 	root.Version = info.Version
 	root.SetVersionTemplate(info.Text("whilly"))
@@ -210,7 +222,7 @@ Exit codes: 0 success, 1 validation or operation error, 2 environment or configu
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return failf("%s takes %s (see '%s --help')", cmd.CommandPath(), what, cmd.CommandPath())
+			return usagef("%s takes %s (see '%s --help')", cmd.CommandPath(), what, cmd.CommandPath())
 		}
 		return nil
 	}
@@ -218,7 +230,7 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) != 0 {
-		return failf("%s takes no arguments, got %q (see '%s --help')", cmd.CommandPath(), args[0], cmd.CommandPath())
+		return usagef("%s takes no arguments, got %q (see '%s --help')", cmd.CommandPath(), args[0], cmd.CommandPath())
 	}
 	return nil
 }

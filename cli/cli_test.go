@@ -115,9 +115,21 @@ func TestPlanCommandsRoundTrip(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "budget $3") {
 		t.Fatalf("budget: exit %d, %q", code, out)
 	}
-	code, _, stderr = run(t, dsn, "", "plan", "budget", "cli", "--", "-2")
-	if code != 1 || !strings.Contains(stderr, "not an amount") {
-		t.Fatalf("negative budget: exit %d, %q", code, stderr)
+	// A negative amount is refused as such, whether the flag parser sees it or not, and
+	// changes nothing; flags after the amount still parse.
+	for _, args := range [][]string{{"cli", "-1"}, {"cli", "-2.5", "--json"}, {"cli", "--", "-2"}, {"--json", "cli", "-1"}} {
+		code, _, stderr = run(t, dsn, "", append([]string{"plan", "budget"}, args...)...)
+		if code != 1 || !strings.Contains(stderr, "cannot be negative") || strings.Contains(stderr, "shorthand") {
+			t.Fatalf("negative budget %q: exit %d, %q", args, code, stderr)
+		}
+	}
+	code, out, stderr = run(t, dsn, "", "plan", "budget", "cli", "4", "--json")
+	if code != 0 || !strings.Contains(out, `"budget_usd": 4,`) {
+		t.Fatalf("budget --json after the amount: exit %d, %q, %q", code, out, stderr)
+	}
+	code, _, stderr = run(t, dsn, "", "plan", "budget", "cli", "3", "-x")
+	if code != 2 || !strings.Contains(stderr, "unknown shorthand flag") {
+		t.Fatalf("an unknown shorthand flag that is no number stays a usage error: exit %d, %q", code, stderr)
 	}
 	code, _, stderr = run(t, dsn, "", "plan", "reset", "cli", "--hard")
 	if code != 1 || !strings.Contains(stderr, "--yes") {
@@ -143,13 +155,25 @@ func TestEnvironmentErrorsExitTwo(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "does not exist") {
 		t.Fatalf("missing file: exit %d, %q", code, stderr)
 	}
-	code, _, stderr = run(t, "", "", "plan", "show")
-	if code != 1 || !strings.Contains(stderr, "one plan id") {
-		t.Fatalf("missing argument: exit %d, %q", code, stderr)
+	// Usage errors exit 2 (SPEC §13 as issue 14 asks), before anything is opened.
+	usage := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "show"}, "one plan id"},
+		{[]string{"plan", "show", "a", "b"}, "one plan id"},
+		{[]string{"plan", "list", "extra"}, "takes no arguments"},
+		{[]string{"plan", "list", "--bogus"}, "unknown flag"},
+		{[]string{"plan", "list", "-q"}, "unknown shorthand flag"},
+		{[]string{"plan", "list", "--json=maybe"}, "invalid argument"},
+		{[]string{"bogus"}, "unknown command"},
+		{[]string{"plan", "show", "--"}, "one plan id"},
 	}
-	code, _, stderr = run(t, "", "", "plan", "list", "--bogus")
-	if code != 1 || !strings.Contains(stderr, "unknown flag") {
-		t.Fatalf("unknown flag: exit %d, %q", code, stderr)
+	for _, u := range usage {
+		code, out, stderr := run(t, "postgres://127.0.0.1:1/nothing", "", u.args...)
+		if code != 2 || !strings.Contains(stderr, u.want) || out != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 naming %q", u.args, code, out, stderr, u.want)
+		}
 	}
 }
 

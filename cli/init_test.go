@@ -315,7 +315,7 @@ func TestInitBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"init"}, 1, "takes one idea"},
+		{[]string{"init"}, 2, "takes one idea"},
 		{[]string{"init", "   "}, 1, "the idea is empty"},
 		{[]string{"init", "x", "--slug", "../etc"}, 1, "--slug"},
 		{[]string{"init", "x", "--budget", "lots"}, 1, "budget"},

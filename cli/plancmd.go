@@ -9,9 +9,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
@@ -243,6 +245,9 @@ func parseBudget(s string) (*plan.USD, error) {
 	if s == "" {
 		return nil, nil
 	}
+	if strings.HasPrefix(strings.TrimPrefix(s, "$"), "-") {
+		return nil, negativeBudget(s)
+	}
 	u, err := plan.ParseUSD(strings.TrimPrefix(s, "$"))
 	if err != nil {
 		if errors.Is(err, plan.ErrTooLarge) {
@@ -429,7 +434,30 @@ a plan paused because it reached its budget resumes when the new cap is above wh
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")
+	// "-1" reads as a shorthand flag to the flag parser: say what is wrong with the amount.
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		if n, ok := negativeNumber(err); ok {
+			return negativeBudget(n)
+		}
+		return usagef("%v (see --help)", err)
+	})
 	return cmd
+}
+
+func negativeBudget(s string) error {
+	return failf("budget %q cannot be negative: give an amount of USD such as 5 or 2.50, or unlimited", s)
+}
+
+// negativeNumber reports whether err is the flag parser refusing a negative number such as
+// -1 or -2.5 as an unknown shorthand flag, and returns the number.
+func negativeNumber(err error) (string, bool) {
+	var ne *pflag.NotExistError
+	if !errors.As(err, &ne) || ne.GetSpecifiedShortnames() == "" {
+		return "", false
+	}
+	n := "-" + ne.GetSpecifiedShortnames()
+	_, perr := strconv.ParseFloat(n, 64)
+	return n, perr == nil
 }
 
 func (a *app) writeJSON(v any) error {

@@ -29,7 +29,7 @@ func TestVersion(t *testing.T) {
 	if "whilly "+info.Version != lines[0] || info.Platform != runtime.GOOS+"/"+runtime.GOARCH {
 		t.Errorf("version --json = %+v, text says %q", info, lines[0])
 	}
-	if code, _, stderr := run(t, "", "", "version", "extra"); code != 1 || !strings.Contains(stderr, "takes no arguments") {
+	if code, _, stderr := run(t, "", "", "version", "extra"); code != 2 || !strings.Contains(stderr, "takes no arguments") {
 		t.Errorf("version extra: exit %d, stderr %q", code, stderr)
 	}
 }
