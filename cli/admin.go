@@ -29,10 +29,8 @@ plans and register workers. A bootstrap token (--bootstrap) may only register wo
 
 --scope limits a read or bootstrap token, and every worker a bootstrap token registers,
 to some plans: installation:ID (a GitHub App installation), repo:OWNER/NAME, plan:ID.
-Repeat it for more; a plan outside every scope answers 404 and is never claimed.
-
-Example: a bootstrap token for one repository's GitHub Actions, stored as its secret:
-
+Repeat it for more; a plan outside every scope answers 404 and is never claimed.`,
+		Example: `  # a bootstrap token for one repository's GitHub Actions, stored as its secret:
   whilly admin token mint --bootstrap --scope repo:acme/shop --expires 90d \
     | gh secret set WHILLY_BOOTSTRAP_TOKEN --repo acme/shop`,
 		Args: noArgs,
@@ -81,7 +79,9 @@ Example: a bootstrap token for one repository's GitHub Actions, stored as its se
 
 	var asJSON bool
 	list := &cobra.Command{
-		Use:   "list",
+		Use: "list",
+		Example: `  whilly admin token list
+  whilly admin token list --json`,
 		Short: "List API tokens (prefixes, never secrets)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -105,9 +105,10 @@ Example: a bootstrap token for one repository's GitHub Actions, stored as its se
 	list.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 
 	revoke := &cobra.Command{
-		Use:   "revoke PREFIX",
-		Short: "Revoke the token with this prefix (see 'admin token list')",
-		Args:  exactArgs(1, "one token prefix"),
+		Use:     "revoke PREFIX",
+		Example: `  whilly admin token revoke whilly_a_3f9cK2xQ`,
+		Short:   "Revoke the token with this prefix (see 'admin token list')",
+		Args:    exactArgs(1, "one token prefix"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
 				if err := st.RevokeToken(cmd.Context(), args[0]); err != nil {
@@ -159,9 +160,10 @@ func (a *app) workerCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "worker", Short: "Register, list and revoke workers"}
 	var asJSON bool
 	list := &cobra.Command{
-		Use:   "list",
-		Short: "List workers with their status and last heartbeat",
-		Args:  noArgs,
+		Use:     "list",
+		Example: `  whilly worker list --json`,
+		Short:   "List workers with their status and last heartbeat",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
 				ws, err := st.ListWorkers(cmd.Context())
@@ -186,9 +188,10 @@ func (a *app) workerCommand() *cobra.Command {
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	revoke := &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke a worker's token and release its tasks at once",
-		Args:  exactArgs(1, "one worker id"),
+		Use:     "revoke ID",
+		Example: `  whilly worker revoke w-3f9c2a`,
+		Short:   "Revoke a worker's token and release its tasks at once",
+		Args:    exactArgs(1, "one worker id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
 				n, err := st.RevokeWorker(cmd.Context(), args[0])
@@ -217,10 +220,8 @@ The bootstrap token may also come from WHILLY_BOOTSTRAP_TOKEN (safer than a flag
 
 --scope (installation:ID, repo:OWNER/NAME, plan:ID; repeatable) limits the plans the
 worker may read and claim. Without it the worker gets the bootstrap token's scopes; a
-scoped bootstrap token refuses scopes wider than its own.
-
-Example:
-  WHILLY_BOOTSTRAP_TOKEN=whilly_b_… whilly worker register --connect https://whilly.example.com \
+scoped bootstrap token refuses scopes wider than its own.`,
+		Example: `  WHILLY_BOOTSTRAP_TOKEN=whilly_b_… whilly worker register --connect https://whilly.example.com \
     --labels linux --scope repo:acme/shop`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

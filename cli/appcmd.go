@@ -20,8 +20,9 @@ func (a *app) appCommand() *cobra.Command {
 func (a *app) appManifest() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "manifest",
-		Short: "Print the GitHub App manifest (app.yml)",
+		Use:     "manifest",
+		Example: `  whilly app manifest --json > manifest.json`,
+		Short:   "Print the GitHub App manifest (app.yml)",
 		Long: `Print whilly's GitHub App manifest: its permissions (issues, pull requests, contents and
 checks write; metadata read) and the events it subscribes to. With --json it prints the
 manifest in the shape GitHub's "register an App from a manifest" flow takes, the webhook

@@ -45,11 +45,9 @@ link to install the App.
 'whilly serve' reads that file when WHILLY_GITHUB_APP_ID is unset (and takes its webhook
 secret when WHILLY_GITHUB_WEBHOOK_SECRET is unset). Without a public URL, run serve with
 WHILLY_GITHUB_DELIVERIES=pull. An existing file is never replaced. WHILLY_GITHUB_API_URL
-points at GitHub Enterprise Server (the new-App page is on its web host).
-
-Example:
-  whilly app create --org my-org`,
-		Args: noArgs,
+points at GitHub Enterprise Server (the new-App page is on its web host).`,
+		Example: `  whilly app create --org my-org`,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.runAppCreate(cmd.Context(), org, !noBrowser)
 		},

@@ -451,7 +451,9 @@ type ClaimsResult struct {
 func (a *app) benchClaims() *cobra.Command {
 	o := benchClaimsOptions{}
 	cmd := &cobra.Command{
-		Use:   "claims [--workers N] [--tasks M]",
+		Use: "claims [--workers N] [--tasks M]",
+		Example: `  whilly bench claims --workers 16 --tasks 4000
+  whilly bench claims --json --queries`,
 		Short: "HTTP claim+complete throughput against a raw SKIP LOCKED loop, ready→claimed latency, idle cost",
 		Long: `Runs a control plane on a loopback port and, against the same database, in one run:
 
@@ -970,11 +972,9 @@ answer, START, the prompt and the report.
 With --sandbox a tiny command agent (a shell script) drains the plan twice in the same
 run, first with WHILLY_SANDBOX=none, then in the sandbox (bubblewrap, its init and the
 egress proxy), and the difference of the per-task overheads is what the sandbox adds to
-an attempt (target: at most 150 ms).
-
-Example:
-  whilly bench e2e --workers 2 --sandbox`,
-		Args: noArgs,
+an attempt (target: at most 150 ms).`,
+		Example: `  whilly bench e2e --workers 2 --sandbox`,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case o.workers < 1 || o.workers > 256:

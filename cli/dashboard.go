@@ -32,7 +32,9 @@ type dashboardOptions struct {
 func (a *app) dashboardCommand() *cobra.Command {
 	var o dashboardOptions
 	cmd := &cobra.Command{
-		Use:   "dashboard [--plan ID] [--connect URL]",
+		Use: "dashboard [--plan ID] [--connect URL]",
+		Example: `  whilly dashboard --plan demo
+  WHILLY_API_TOKEN=whilly_a_… whilly dashboard --connect https://whilly.example.com`,
 		Short: "Live terminal dashboard: plans, tasks, workers and events as they happen",
 		Long: `Show plans, tasks, workers and events live, in the terminal.
 

@@ -14,9 +14,10 @@ func (a *app) migrateCommand() *cobra.Command {
 		Short: "Apply, roll back or list database migrations (whilly's and River's)",
 	}
 	up := &cobra.Command{
-		Use:   "up",
-		Short: "Apply every pending migration (safe to run concurrently)",
-		Args:  noArgs,
+		Use:     "up",
+		Example: `  whilly migrate up`,
+		Short:   "Apply every pending migration (safe to run concurrently)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pool, err := a.connect(cmd.Context())
 			if err != nil {
@@ -34,9 +35,10 @@ func (a *app) migrateCommand() *cobra.Command {
 	var steps int
 	var yes bool
 	down := &cobra.Command{
-		Use:   "down",
-		Short: "Roll back migrations (all of them unless --steps N); destroys data",
-		Args:  noArgs,
+		Use:     "down",
+		Example: `  whilly migrate down --steps 1 --yes`,
+		Short:   "Roll back migrations (all of them unless --steps N); destroys data",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !yes {
 				ok, err := a.confirm("Roll back the schema? Rolled-back tables lose their data.")
@@ -64,9 +66,10 @@ func (a *app) migrateCommand() *cobra.Command {
 	down.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	var asJSON bool
 	status := &cobra.Command{
-		Use:   "status",
-		Short: "List migrations and whether each is applied",
-		Args:  noArgs,
+		Use:     "status",
+		Example: `  whilly migrate status --json`,
+		Short:   "List migrations and whether each is applied",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pool, err := a.connect(cmd.Context())
 			if err != nil {
@@ -96,9 +99,10 @@ func (a *app) dbCommand() *cobra.Command {
 	}
 	var asJSON bool
 	status := &cobra.Command{
-		Use:   "status",
-		Short: "Show whether the embedded cluster exists and runs",
-		Args:  noArgs,
+		Use:     "status",
+		Example: `  whilly db status --json`,
+		Short:   "Show whether the embedded cluster exists and runs",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := pglocal.Status(cmd.Context(), a.dataDir())
 			if err != nil {
@@ -116,9 +120,10 @@ func (a *app) dbCommand() *cobra.Command {
 	}
 	status.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	url := &cobra.Command{
-		Use:   "url",
-		Short: "Print the database URL whilly uses (starting the embedded cluster if needed)",
-		Args:  noArgs,
+		Use:     "url",
+		Example: `  psql "$(whilly db url)"`,
+		Short:   "Print the database URL whilly uses (starting the embedded cluster if needed)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			u, err := a.databaseURL(cmd.Context())
 			if err != nil {
@@ -129,9 +134,10 @@ func (a *app) dbCommand() *cobra.Command {
 		},
 	}
 	stop := &cobra.Command{
-		Use:   "stop",
-		Short: "Stop the embedded cluster (it starts again on the next command)",
-		Args:  noArgs,
+		Use:     "stop",
+		Example: `  whilly db stop`,
+		Short:   "Stop the embedded cluster (it starts again on the next command)",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := pglocal.Stop(cmd.Context(), a.dataDir()); err != nil {
 				return err

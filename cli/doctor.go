@@ -62,10 +62,8 @@ usable; the GitHub App's configuration complete and its JWT accepted by GitHub (
 /app); the webhook secret set; and WHILLY_PUBLIC_URL reachable from this machine
 (its /healthz answers). Checks of what is not configured on purpose (no App, a local
 setup) are skipped. It exits 1 when a check fails; it changes nothing, except that with
-WHILLY_DATABASE_URL unset it starts the embedded database, as every command does.
-
-Example:
-  whilly doctor
+WHILLY_DATABASE_URL unset it starts the embedded database, as every command does.`,
+		Example: `  whilly doctor
   whilly doctor --json`,
 		Args: noArgs,
 		// Unlike other commands, doctor reports bad variables as one of its checks

@@ -30,7 +30,9 @@ func (a *app) eventsCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "events", Short: "Read the audit log of events"}
 	o := eventsTailOptions{}
 	tail := &cobra.Command{
-		Use:   "tail [--plan ID] [--json] [--since ID]",
+		Use: "tail [--plan ID] [--json] [--since ID]",
+		Example: `  whilly events tail --plan demo --recent 50
+  whilly events tail --json --since 1200 | jq .type`,
 		Short: "Print recent events, then follow new ones live until interrupted",
 		Long: `Print the most recent events (--recent, default 20), or every event after --since ID,
 then follow new ones as they are written, one line each: time, id, type, plan, task and a

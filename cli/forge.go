@@ -25,8 +25,9 @@ func (a *app) forgeCommand() *cobra.Command {
 func (a *app) forgeIntake() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "intake OWNER/REPO/N",
-		Short: "Turn a GitHub issue into a plan, as labelling it whilly-pending does",
+		Use:     "intake OWNER/REPO/N",
+		Example: `  whilly forge intake acme/shop/42`,
+		Short:   "Turn a GitHub issue into a plan, as labelling it whilly-pending does",
 		Long: `Run GitHub intake on one issue from the command line: react 👀, build the plan (the
 ` + "```whilly" + ` block, else the planner of WHILLY_PLANNER, else the task list, else the whole
 issue), run the decision gate in strict mode, persist the plan tied to the issue, put

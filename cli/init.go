@@ -38,7 +38,9 @@ type initOptions struct {
 func (a *app) initCommand() *cobra.Command {
 	var o initOptions
 	cmd := &cobra.Command{
-		Use:   `init "IDEA" [--slug S] [--no-import] [--output-dir DIR] [--planner NAME]`,
+		Use: `init "IDEA" [--slug S] [--no-import] [--output-dir DIR] [--planner NAME]`,
+		Example: `  whilly init "Rate-limit the login endpoint" --slug rate-limit --budget 5
+  echo "Add a dark mode" | whilly init - --no-import --output-dir plans`,
 		Short: "Turn an idea into a PRD and a plan with the planner agent, and import the plan",
 		Long: `Ask the planner agent to turn an idea into a PRD (product requirements document) and a
 plan of small tasks with dependencies, key files, acceptance criteria and test steps.

@@ -139,7 +139,9 @@ listed with the task and field it concerns, and nothing is written.`,
 func (a *app) planApply() *cobra.Command {
 	var strict, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "apply FILE",
+		Use: "apply FILE",
+		Example: `  whilly plan apply tasks.json
+  whilly plan apply tasks.json --strict --json`,
 		Short: "Import a plan file and run the decision gate on every task",
 		Long: `Import a plan file, then run the decision gate on each of its tasks and print the verdicts.
 
@@ -190,9 +192,10 @@ func (a *app) planCreate() *cobra.Command {
 	var id, name, budget string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "create --id ID --name NAME [--budget USD]",
-		Short: "Create an empty plan",
-		Args:  noArgs,
+		Use:     "create --id ID --name NAME [--budget USD]",
+		Example: `  whilly plan create --id demo --name "Demo plan" --budget 5`,
+		Short:   "Create an empty plan",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if id == "" || name == "" {
 				return failf("plan create needs --id and --name")
@@ -261,8 +264,9 @@ func parseBudget(s string) (*plan.USD, error) {
 func (a *app) planExport() *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
-		Use:   "export ID",
-		Short: "Print a plan as a canonical plan file",
+		Use:     "export ID",
+		Example: `  whilly plan export demo -o demo.tasks.json`,
+		Short:   "Print a plan as a canonical plan file",
 		Long: `Print a plan as a plan file. The output is canonical and byte-stable:
 import → export → import → export gives identical bytes.`,
 		Args: exactArgs(1, "one plan id"),
@@ -295,7 +299,9 @@ func (a *app) planList() *cobra.Command {
 	var asJSON bool
 	var status string
 	cmd := &cobra.Command{
-		Use:   "list",
+		Use: "list",
+		Example: `  whilly plan list
+  whilly plan list --status PAUSED --json`,
 		Short: "List plans with their progress and budget",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -347,7 +353,10 @@ func budgetText(b *plan.USD) string {
 func (a *app) planReset() *cobra.Command {
 	var hard, yes, asJSON, includeSkipped bool
 	cmd := &cobra.Command{
-		Use:   "reset ID",
+		Use: "reset ID",
+		Example: `  whilly plan reset demo
+  whilly plan reset demo --include-skipped --yes
+  whilly plan reset demo --hard --yes`,
 		Short: "Return finished tasks to PENDING, or delete the plan with --hard",
 		Long: `Soft reset: every DONE, FAILED or CANCELLED task returns to PENDING (event RESET,
 attempts and errors cleared) and the plan becomes ACTIVE; running tasks are left alone.
@@ -407,7 +416,10 @@ func (a *app) confirm(question string) (bool, error) {
 func (a *app) planBudget() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "budget ID USD",
+		Use: "budget ID USD",
+		Example: `  whilly plan budget demo 10
+  whilly plan budget demo 2.50 --json
+  whilly plan budget demo unlimited`,
 		Short: "Set a plan's budget cap (resumes a plan paused on budget)",
 		Long: `Set a plan's budget cap in USD ("unlimited" removes the cap). Writes plan.budget_raised;
 a plan paused because it reached its budget resumes when the new cap is above what it spent.`,
@@ -478,9 +490,10 @@ func (a *app) withStore(ctx context.Context, fn func(*queue.Store) error) error 
 
 func (a *app) planCancel() *cobra.Command {
 	return &cobra.Command{
-		Use:   "cancel ID",
-		Short: "Cancel a plan and every open task (workers holding one stop at their next heartbeat)",
-		Args:  exactArgs(1, "one plan id"),
+		Use:     "cancel ID",
+		Example: `  whilly plan cancel demo`,
+		Short:   "Cancel a plan and every open task (workers holding one stop at their next heartbeat)",
+		Args:    exactArgs(1, "one plan id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
 				n, err := st.CancelPlan(cmd.Context(), args[0], "cancelled from the CLI")

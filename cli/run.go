@@ -34,7 +34,9 @@ type runOptions struct {
 func (a *app) runCommand() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run --plan ID [--workers N] [--agent NAME]",
+		Use: "run --plan ID [--workers N] [--agent NAME]",
+		Example: `  whilly run --plan demo --workers 4 --agent claude
+  whilly run --plan demo --agent sim --sim-fail-rate 0.2`,
 		Short: "Run a plan on this machine: an in-process control plane and N workers",
 		Long: `Run a plan to the end on this machine. whilly starts a control plane on a loopback port
 over the configured database (the embedded one by default) and N workers that claim

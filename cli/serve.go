@@ -37,12 +37,10 @@ then listens: a bad configuration exits 2 with all its problems in one message, 
 "listening" means it serves. SIGTERM or SIGINT shuts down in order: HTTP, then background
 jobs, then the database pool.
 
-Example:
-  WHILLY_BOOTSTRAP_TOKEN=$(openssl rand -hex 32) WHILLY_LOG_FORMAT=json whilly serve --listen :8000
-
 Environment (the table of docs/configuration.md):
 ` + config.Help(config.Serve),
-		Args: noArgs,
+		Example: `  WHILLY_BOOTSTRAP_TOKEN=$(openssl rand -hex 32) WHILLY_LOG_FORMAT=json whilly serve --listen :8000`,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// A server's log is its record: info by default, not only warnings.
 			if err := a.useLogger(slog.LevelInfo); err != nil {

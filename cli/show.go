@@ -81,7 +81,9 @@ func (t *table) flush() error { return t.tw.Flush() }
 func (a *app) planShow() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "show ID",
+		Use: "show ID",
+		Example: `  whilly plan show demo
+  whilly plan show demo --json | jq '.tasks[] | select(.status == "FAILED")'`,
 		Short: "Show a plan: status, budget and its dependency graph with task states",
 		Args:  exactArgs(1, "one plan id"),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -15,7 +15,9 @@ import (
 func (a *app) planTriz() *cobra.Command {
 	var asJSON, strict bool
 	cmd := &cobra.Command{
-		Use:   "triz ID",
+		Use: "triz ID",
+		Example: `  whilly plan triz demo
+  whilly plan triz demo --strict --json`,
 		Short: "Check a plan before it runs: weak tasks, cycles, missing dependencies, duplicates, file conflicts",
 		Long: `Check a plan for what would make it fail or waste money, before any agent runs. The check
 is deterministic: no agent is asked.

@@ -12,10 +12,8 @@ func (a *app) versionCommand() *cobra.Command {
 		Use:   "version",
 		Short: "Print the version, commit, build date and Go version",
 		Long: `Print which build of whilly this is: its version, the commit it was built from, the
-build date and the Go version and platform. 'whilly --version' prints the same.
-
-Example:
-  $ whilly version
+build date and the Go version and platform. 'whilly --version' prints the same.`,
+		Example: `  $ whilly version
   whilly v0.1.0
   commit  7f844ef3c2a1
   built   2026-12-01T15:20:00Z

@@ -180,6 +180,10 @@ recently used ones until the rest take at most --max-size. Workspaces in use by 
 are left alone. The directory is WHILLY_WORKSPACE_DIR, default
 <user cache dir>/whilly/workspaces.
 
+Examples:
+  whilly-worker gc --dry-run
+  whilly-worker gc --max-age 24h --max-size 2GiB
+
 Flags:
 `
 

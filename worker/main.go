@@ -37,6 +37,12 @@ Exit codes: 0 done (--once, --drain, --max-tasks) or stopped by a signal, 1 an o
 error, 2 a configuration error (all problems reported at once) or a control plane that
 refuses the token.
 
+Examples:
+  WHILLY_WORKER_TOKEN=whilly_w_… whilly-worker --connect https://whilly.example.com --agent claude
+  WHILLY_BOOTSTRAP_TOKEN_FILE=/run/secrets/boot whilly-worker --connect https://whilly.example.com \
+    --labels linux,gpu --drain
+  whilly-worker --connect http://127.0.0.1:8000 --token-file ~/.whilly/token --plan demo --once
+
 Environment (a flag wins over its variable):
 `
 
