@@ -2,17 +2,15 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"os/user"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -58,84 +56,44 @@ run — PENDING, or SKIPPED by the decision gate — may change; the gate judges
 	}
 }
 
-// changeTask adds the task in file to the plan (edit "") or replaces task edit with it,
-// through an import of the whole plan: the same checks, events and status rules.
+// changeTask adds the task in file to the plan (edit "") or replaces task edit with it
+// (queue AddTask, EditTask: the checks, events and status rules of an import).
 func (a *app) changeTask(ctx context.Context, planID, edit, file string) error {
 	raw, err := a.readTaskFile(file)
 	if err != nil {
 		return err
 	}
-	var task map[string]any
-	if err := json.Unmarshal(raw, &task); err != nil || task == nil {
-		return failf("task file %s must hold one JSON object (a task in the plan-file format)", file)
-	}
-	id, _ := task["id"].(string)
-	if edit != "" && id != edit {
-		return failf("task file %s describes task %q, not %s: an edit keeps the task's id", file, id, edit)
-	}
 	return a.withStore(ctx, func(st *queue.Store) error {
-		p, err := st.Export(ctx, planID)
-		if err != nil {
-			return err
-		}
-		found := false
-		for _, t := range p.Tasks {
-			found = found || t.ID == id
-		}
-		switch {
-		case edit == "" && found:
-			return failf("plan %s already has a task %s: change it with 'whilly plan task edit %s %s FILE'", planID, id, planID, id)
-		case edit != "" && !found:
-			return failf("plan %s has no task %s: add it with 'whilly plan task add %s FILE'", planID, edit, planID)
-		}
-		data, err := plan.Encode(p)
-		if err != nil {
-			return fmt.Errorf("encode plan %s: %w", planID, err)
-		}
-		var doc map[string]any
-		if err := json.Unmarshal(data, &doc); err != nil {
-			return fmt.Errorf("decode plan %s: %w", planID, err)
-		}
-		tasks, _ := doc["tasks"].([]any)
+		var (
+			ch  queue.TaskChange
+			err error
+		)
 		if edit == "" {
-			tasks = append(tasks, task)
+			ch, err = st.AddTask(ctx, planID, raw, localUser())
+		} else {
+			ch, err = st.EditTask(ctx, planID, edit, raw, localUser())
 		}
-		for i, t := range tasks {
-			if m, ok := t.(map[string]any); ok && edit != "" && m["id"] == edit {
-				tasks[i] = task
-			}
-		}
-		doc["tasks"] = tasks
-		data, err = json.Marshal(doc)
-		if err != nil {
-			return fmt.Errorf("encode plan %s: %w", planID, err)
-		}
-		attempts, err := a.maxAttempts()
-		if err != nil {
-			return err
-		}
-		changed, err := plan.ParseWith(data, plan.ParseOptions{MaxAttempts: attempts})
-		if err != nil {
-			return err
-		}
-		res, err := st.Import(ctx, changed, queue.ImportOptions{})
 		if err != nil {
 			return err
 		}
 		switch {
 		case edit == "":
-			a.printf("plan %s: task %s added%s\n", planID, id, statusText(res))
-		case len(res.TasksUpdated) == 0:
-			a.printf("plan %s: task %s unchanged\n", planID, id)
+			a.printf("plan %s: task %s added%s\n", planID, ch.Task.ID, statusText(ch.Import))
+		case !ch.Changed:
+			a.printf("plan %s: task %s unchanged\n", planID, ch.Task.ID)
 		default:
-			t, err := st.GetTask(ctx, planID, id)
-			if err != nil {
-				return err
-			}
-			a.printf("plan %s: task %s changed (%s, gate %s)%s\n", planID, id, t.Status, t.Gate.Decision, statusText(res))
+			a.printf("plan %s: task %s changed (%s, gate %s)%s\n", planID, ch.Task.ID, ch.Task.Status, ch.Task.Gate.Decision, statusText(ch.Import))
 		}
 		return nil
 	})
+}
+
+// localUser names who runs the command, for the events of the changes it makes.
+func localUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "local:" + u.Username
+	}
+	return "local"
 }
 
 // readTaskFile reads a task file ("-" is standard input), bounded like a plan file.
@@ -170,7 +128,7 @@ func (a *app) planTaskRemove() *cobra.Command {
 		Args:    exactArgs(2, "a plan id and a task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
-				if err := st.RemoveTask(cmd.Context(), args[0], args[1]); err != nil {
+				if err := st.RemoveTask(cmd.Context(), args[0], args[1], localUser()); err != nil {
 					return err
 				}
 				a.printf("plan %s: task %s removed; its events stay in the audit log\n", args[0], args[1])
@@ -192,7 +150,7 @@ depends on it, directly or not, and has finished is reset too.`,
 		Args:    exactArgs(2, "a plan id and a task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
-				ids, err := st.ResetTask(cmd.Context(), args[0], args[1], cascade)
+				ids, err := st.ResetTask(cmd.Context(), args[0], args[1], cascade, localUser())
 				if err != nil {
 					return err
 				}

@@ -32,6 +32,17 @@ type principal struct {
 
 func (p principal) admin() bool { return p.token != nil && p.token.Admin }
 
+// by names the principal in the events of the changes it makes: an API token's owner.
+func (p principal) by() string {
+	switch {
+	case p.token != nil:
+		return "token:" + p.token.Owner
+	case p.worker != nil:
+		return "worker:" + p.worker.ID
+	}
+	return ""
+}
+
 // registrar reports whether the token may only register workers: the bootstrap token of
 // the environment, or one minted with --bootstrap.
 func (p principal) registrar() bool { return p.boot || (p.token != nil && p.token.Registrar) }

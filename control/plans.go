@@ -2,9 +2,7 @@ package control
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -71,16 +69,8 @@ func (s *Server) importPlan(w http.ResponseWriter, r *http.Request) {
 		}
 		strict = b
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxPlanBytes))
+	data, err := readBody(w, r, s.cfg.MaxPlanBytes, "plan file")
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.writeError(w, r, errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "The plan file is larger than %d bytes.", s.cfg.MaxPlanBytes))
-			return
-		}
-		if IsBodyTimeout(err) {
-			err = errBodyTimeout()
-		}
 		s.writeError(w, r, err)
 		return
 	}

@@ -153,14 +153,22 @@ func (s *Server) routes() chi.Router {
 			r.With(s.auth(roleReader)).Get("/{plan}", s.getPlan)
 			r.With(s.auth(roleAdmin)).Patch("/{plan}", s.patchPlan)
 			r.With(s.auth(roleReader)).Get("/{plan}/tasks", s.listTasks)
+			r.With(s.auth(roleAdmin)).Post("/{plan}/tasks", s.addTask)
 			r.Route("/{plan}/tasks/{task}", func(r chi.Router) {
-				r.Use(s.auth(roleWorker))
-				r.Post("/start", s.start)
-				r.Post("/complete", s.complete)
-				r.Post("/fail", s.fail)
-				r.Post("/release", s.release)
-				r.Post("/charge", s.charge)
-				r.Post("/events", s.taskEvent)
+				// The worker protocol: worker tokens only.
+				r.Group(func(r chi.Router) {
+					r.Use(s.auth(roleWorker))
+					r.Post("/start", s.start)
+					r.Post("/complete", s.complete)
+					r.Post("/fail", s.fail)
+					r.Post("/release", s.release)
+					r.Post("/charge", s.charge)
+					r.Post("/events", s.taskEvent)
+				})
+				// Operator changes to one task (tasks.go): admin tokens only.
+				r.With(s.auth(roleAdmin)).Patch("/", s.editTask)
+				r.With(s.auth(roleAdmin)).Delete("/", s.removeTask)
+				r.With(s.auth(roleAdmin)).Post("/reset", s.resetTask)
 			})
 		})
 

@@ -100,6 +100,9 @@ type ImportOptions struct {
 	// GitHubIssueRef, InstallationID tie the plan to an issue (GitHub intake).
 	GitHubIssueRef string
 	InstallationID int64
+	// By names who made the change (an API token's owner, the local user); the
+	// task.created and task.updated events carry it as "by". Empty: not recorded.
+	By string
 }
 
 const importBatch = 2000
@@ -193,7 +196,7 @@ func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) 
 		}
 	}
 	if !res.PlanCreated {
-		if res.TasksUpdated, err = updateTasks(ctx, tx, p); err != nil {
+		if res.TasksUpdated, err = updateTasks(ctx, tx, p, opts.By); err != nil {
 			return res, err
 		}
 	}
@@ -203,7 +206,7 @@ func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) 
 	}
 	for start := 0; start < len(p.Tasks); start += importBatch {
 		end := min(start+importBatch, len(p.Tasks))
-		n, err := insertTasks(ctx, tx, p.ID, base+start, p.Tasks[start:end])
+		n, err := insertTasks(ctx, tx, p.ID, base+start, p.Tasks[start:end], opts.By)
 		if err != nil {
 			return res, fmt.Errorf("import plan %s: %w", p.ID, err)
 		}
@@ -246,7 +249,7 @@ func settleImport(ctx context.Context, tx pgx.Tx, res *ImportResult) error {
 
 // updateTasks gives the stored tasks of p that have not run the definition p's file
 // gives them, and refuses (ErrConflict) when the file changes a task that has run.
-func updateTasks(ctx context.Context, tx pgx.Tx, p *plan.Plan) ([]string, error) {
+func updateTasks(ctx context.Context, tx pgx.Tx, p *plan.Plan, by string) ([]string, error) {
 	ids := make([]string, len(p.Tasks))
 	for i, t := range p.Tasks {
 		ids[i] = t.ID
@@ -308,7 +311,7 @@ func updateTasks(ctx context.Context, tx pgx.Tx, p *plan.Plan) ([]string, error)
 		if err != nil {
 			return nil, fmt.Errorf("update task %s of plan %s: %w", t.ID, p.ID, err)
 		}
-		payload := map[string]any{"fields": fields[t.ID], "gate": v.Decision, "from": from, "to": to}
+		payload := withBy(map[string]any{"fields": fields[t.ID], "gate": v.Decision, "from": from, "to": to}, by)
 		if err := insertEvent(ctx, tx, p.ID, t.ID, EventTaskUpdated, payload, nil); err != nil {
 			return nil, err
 		}
@@ -343,7 +346,7 @@ func nonNil(s []string) []string {
 
 // insertTasks inserts a batch of normalised tasks with one statement; existing (plan_id, id) rows are kept.
 // Each inserted row gets its task.created event in the same statement.
-func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks []plan.Task) (int, error) {
+func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks []plan.Task, by string) (int, error) {
 	rows := make([]taskRow, len(tasks))
 	for i, t := range tasks {
 		v := plan.Gate(t)
@@ -380,11 +383,11 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 		), ev AS (
 			INSERT INTO events (plan_id, task_id, type, payload)
 			SELECT $1, id, 'task.created',
-			       jsonb_build_object('status', status, 'priority', priority, 'gate', gate_verdict)
+			       jsonb_build_object('status', status, 'priority', priority, 'gate', gate_verdict) || `+bySQL("$3")+`
 			FROM ins ORDER BY ord
 			RETURNING 1
 		)
-		SELECT count(*) FROM ev`, planID, doc).Scan(&n)
+		SELECT count(*) FROM ev`, planID, doc, by).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("insert tasks: %w", err)
 	}

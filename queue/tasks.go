@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,7 +18,8 @@ const EventTaskRemoved = "task.removed"
 // RemoveTask deletes a task that no other task of its plan depends on and that is not
 // running, with a task.removed event, then settles the plan (its last open task gone, it
 // may be DONE). Anything else is ErrConflict, saying why.
-func (s *Store) RemoveTask(ctx context.Context, planID, taskID string) error {
+// by names who removed it (the event's "by"; empty: not recorded).
+func (s *Store) RemoveTask(ctx context.Context, planID, taskID, by string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		status, err := lockPlan(ctx, tx, planID)
 		if err != nil {
@@ -45,7 +47,7 @@ func (s *Store) RemoveTask(ctx context.Context, planID, taskID string) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM tasks WHERE plan_id = $1 AND id = $2`, planID, taskID); err != nil {
 			return fmt.Errorf("remove task %s of plan %s: %w", taskID, planID, err)
 		}
-		if err := insertEvent(ctx, tx, planID, taskID, EventTaskRemoved, map[string]any{"status": st}, nil); err != nil {
+		if err := insertEvent(ctx, tx, planID, taskID, EventTaskRemoved, withBy(map[string]any{"status": st}, by), nil); err != nil {
 			return err
 		}
 		if err := settlePlan(ctx, tx, planID, status); err != nil {
@@ -58,8 +60,9 @@ func (s *Store) RemoveTask(ctx context.Context, planID, taskID string) error {
 // ResetTask returns one finished task (DONE, FAILED, SKIPPED, CANCELLED) to PENDING with
 // a RESET event, attempts and errors cleared; with cascade, every task that depends on it,
 // directly or not, and has finished, too. A plan that had ended is ACTIVE again
-// (plan.reopened). It returns the ids reset, in file order.
-func (s *Store) ResetTask(ctx context.Context, planID, taskID string, cascade bool) ([]string, error) {
+// (plan.reopened). by names who reset it (the events' "by"). It returns the ids reset, in
+// file order.
+func (s *Store) ResetTask(ctx context.Context, planID, taskID string, cascade bool, by string) ([]string, error) {
 	var ids []string
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		status, err := lockPlan(ctx, tx, planID)
@@ -94,11 +97,11 @@ func (s *Store) ResetTask(ctx context.Context, planID, taskID string, cascade bo
 				RETURNING id, ord, o.old
 			), ev AS (
 				INSERT INTO events (plan_id, task_id, type, payload)
-				SELECT $1, id, 'RESET', jsonb_build_object('from', old, 'to', 'PENDING', 'cascade_from', $2::text)
+				SELECT $1, id, 'RESET', jsonb_build_object('from', old, 'to', 'PENDING', 'cascade_from', $2::text) || `+bySQL("$4")+`
 				FROM r ORDER BY ord
 				RETURNING task_id
 			)
-			SELECT coalesce(array_agg(id ORDER BY ord), '{}') FROM r`, planID, taskID, cascade).Scan(&ids)
+			SELECT coalesce(array_agg(id ORDER BY ord), '{}') FROM r`, planID, taskID, cascade, by).Scan(&ids)
 		if err != nil {
 			return fmt.Errorf("reset task %s of plan %s: %w", taskID, planID, err)
 		}
@@ -106,11 +109,192 @@ func (s *Store) ResetTask(ctx context.Context, planID, taskID string, cascade bo
 			if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'ACTIVE', pause_reason = NULL, updated_at = now() WHERE id = $1`, planID); err != nil {
 				return fmt.Errorf("reopen plan %s: %w", planID, err)
 			}
-			if err := insertEvent(ctx, tx, planID, "", EventPlanReopened, map[string]any{"from": status, "tasks_reset": len(ids)}, nil); err != nil {
+			if err := insertEvent(ctx, tx, planID, "", EventPlanReopened, withBy(map[string]any{"from": status, "tasks_reset": len(ids)}, by), nil); err != nil {
 				return err
 			}
 		}
 		return s.changed(ctx, tx, planID)
 	})
 	return ids, err
+}
+
+// withBy adds who made a change to an event payload, when known.
+func withBy(payload map[string]any, by string) map[string]any {
+	if by != "" {
+		payload["by"] = by
+	}
+	return payload
+}
+
+// bySQL is the SQL of the jsonb object {"by": param} (empty when param is ”), to
+// concatenate to an event payload built in SQL.
+func bySQL(param string) string {
+	return `CASE WHEN ` + param + `::text = '' THEN '{}'::jsonb ELSE jsonb_build_object('by', ` + param + `::text) END`
+}
+
+// TaskChange says what AddTask or EditTask did.
+type TaskChange struct {
+	Task   TaskInfo     `json:"task"`
+	Import ImportResult `json:"import"`
+	// Changed is false when an edit gave the task the definition it already had.
+	Changed bool `json:"changed"`
+}
+
+// AddTask adds the task raw describes (one task in the plan-file format) to a plan, with
+// a task.created event carrying by. The task is checked with the rest of the plan as an
+// import would check it (the plan codec: keys, text, ids, dependencies, cycles); a plan
+// that had ended is ACTIVE again. A task id the plan has is ErrConflict; an unknown plan
+// ErrNotFound; an invalid task a *plan.ValidationError or ErrInvalid. Nothing is written
+// on error.
+func (s *Store) AddTask(ctx context.Context, planID string, raw []byte, by string) (TaskChange, error) {
+	return s.putTask(ctx, planID, "", raw, by)
+}
+
+// EditTask replaces the definition of task taskID with the one raw describes (same id),
+// as an import would (see Import): only a task that has not run may change, with a
+// task.updated event carrying by and a fresh gate verdict; any other is ErrConflict.
+func (s *Store) EditTask(ctx context.Context, planID, taskID string, raw []byte, by string) (TaskChange, error) {
+	return s.putTask(ctx, planID, taskID, raw, by)
+}
+
+// putTask is AddTask (edit "") and EditTask. The task is validated spliced into the
+// stored plan's file, then imported alone under the plan's lock, its dependencies checked
+// again there, so that a task removed meanwhile is neither brought back nor depended on.
+func (s *Store) putTask(ctx context.Context, planID, edit string, raw []byte, by string) (TaskChange, error) {
+	var head struct {
+		ID any `json:"id"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil || !isJSONObject(raw) {
+		return TaskChange{}, fmt.Errorf("a task must be one JSON object in the plan-file format ({\"id\", \"description\", ...}): %w", ErrInvalid)
+	}
+	id, _ := head.ID.(string)
+	if edit != "" && id != edit {
+		return TaskChange{}, fmt.Errorf("the task given has id %q, not %q: an edit keeps the task's id: %w", id, edit, ErrInvalid)
+	}
+	p, err := s.Export(ctx, planID)
+	if err != nil {
+		return TaskChange{}, err
+	}
+	at := len(p.Tasks)
+	for i, t := range p.Tasks {
+		if t.ID == id {
+			at = i
+		}
+	}
+	switch {
+	case edit == "" && at < len(p.Tasks):
+		return TaskChange{}, fmt.Errorf("plan %s already has a task %s: edit it instead: %w", planID, id, ErrConflict)
+	case edit != "" && at == len(p.Tasks):
+		return TaskChange{}, fmt.Errorf("task %s of plan %s: %w", edit, planID, ErrNotFound)
+	}
+	data, err := spliceTask(p, at, raw)
+	if err != nil {
+		return TaskChange{}, err
+	}
+	whole, err := plan.ParseWith(data, plan.ParseOptions{MaxAttempts: s.cfg.MaxAttempts})
+	if err != nil {
+		return TaskChange{}, err
+	}
+	one := *whole
+	one.Tasks = []plan.Task{whole.Tasks[at]}
+	s.normalize(&one)
+	var res ImportResult
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := lockPlan(ctx, tx, planID); err != nil {
+			return err
+		}
+		var missing []string
+		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(d ORDER BY d), '{}') FROM unnest($2::text[]) d
+			WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE plan_id = $1 AND id = d)`, planID, nonNil(one.Tasks[0].Dependencies)).Scan(&missing); err != nil {
+			return fmt.Errorf("check dependencies of task %s of plan %s: %w", id, planID, err)
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("task %s of plan %s depends on %s, which the plan no longer has: %w", id, planID, strings.Join(missing, ", "), ErrConflict)
+		}
+		if res, err = importTx(ctx, tx, &one, ImportOptions{By: by}); err != nil {
+			return err
+		}
+		if edit == "" && res.TasksCreated == 0 {
+			return fmt.Errorf("plan %s already has a task %s: edit it instead: %w", planID, id, ErrConflict)
+		}
+		if err := settleImport(ctx, tx, &res); err != nil {
+			return err
+		}
+		if !res.Changed() && !res.Reopened {
+			return nil
+		}
+		return s.changed(ctx, tx, planID)
+	})
+	if err != nil {
+		return TaskChange{}, err
+	}
+	res.TasksTotal = len(whole.Tasks)
+	t, err := s.GetTask(ctx, planID, id)
+	if err != nil {
+		return TaskChange{}, err
+	}
+	return TaskChange{Task: t, Import: res, Changed: res.Changed()}, nil
+}
+
+// spliceTask returns p's plan file with raw (one task, as given) in place of task at, or
+// appended when at is past the end, so that the plan codec checks raw exactly as written.
+func spliceTask(p *plan.Plan, at int, raw []byte) ([]byte, error) {
+	data, err := plan.Encode(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode plan %s: %w", p.ID, err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("decode plan %s: %w", p.ID, err)
+	}
+	var tasks []json.RawMessage
+	if err := json.Unmarshal(doc["tasks"], &tasks); err != nil {
+		return nil, fmt.Errorf("decode tasks of plan %s: %w", p.ID, err)
+	}
+	if at == len(tasks) {
+		tasks = append(tasks, nil)
+	}
+	tasks[at] = raw
+	// Built by hand: json.Marshal would rewrite raw (invalid UTF-8 and all) before the
+	// codec could name what is wrong with it.
+	var b strings.Builder
+	b.WriteString("{")
+	first := true
+	for k, v := range doc {
+		if k == "tasks" {
+			continue
+		}
+		if !first {
+			b.WriteString(",")
+		}
+		first = false
+		key, _ := json.Marshal(k) // a key of our own encoding
+		b.Write(key)
+		b.WriteString(":")
+		b.Write(v)
+	}
+	if !first {
+		b.WriteString(",")
+	}
+	b.WriteString(`"tasks":[`)
+	for i, t := range tasks {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.Write(t)
+	}
+	b.WriteString("]}")
+	return []byte(b.String()), nil
+}
+
+// isJSONObject reports whether raw, past leading white space, opens a JSON object.
+func isJSONObject(raw []byte) bool {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c == '{'
+	}
+	return false
 }

@@ -439,6 +439,43 @@ func (c *Client) ListTasks(ctx context.Context, planID string) ([]Task, error) {
 	return out.Tasks, nil
 }
 
+// AddTask adds a task (one task in the plan-file format) to a plan (admin).
+func (c *Client) AddTask(ctx context.Context, planID string, task []byte) (TaskChangeResponse, error) {
+	var out TaskChangeResponse
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "plans", planID, "tasks"), nil, task, &out); err != nil {
+		return out, fmt.Errorf("add a task to plan %s: %w", planID, err)
+	}
+	return out, nil
+}
+
+// EditTask replaces the definition of a task that has not run (admin); task keeps its id.
+func (c *Client) EditTask(ctx context.Context, planID, taskID string, task []byte) (TaskChangeResponse, error) {
+	var out TaskChangeResponse
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodPatch, pathOf("v1", "plans", planID, "tasks", taskID), nil, task, &out); err != nil {
+		return out, fmt.Errorf("edit task %s of plan %s: %w", taskID, planID, err)
+	}
+	return out, nil
+}
+
+// RemoveTask removes a task nothing depends on and that is not running (admin).
+func (c *Client) RemoveTask(ctx context.Context, planID, taskID string) error {
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodDelete, pathOf("v1", "plans", planID, "tasks", taskID), nil, nil, nil); err != nil {
+		return fmt.Errorf("remove task %s of plan %s: %w", taskID, planID, err)
+	}
+	return nil
+}
+
+// ResetTask returns a finished task to PENDING, with cascade also the finished tasks
+// that depend on it (admin).
+func (c *Client) ResetTask(ctx context.Context, planID, taskID string, cascade bool) (TaskResetResponse, error) {
+	var out TaskResetResponse
+	v := url.Values{"cascade": {strconv.FormatBool(cascade)}}
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "plans", planID, "tasks", taskID, "reset"), v, nil, &out); err != nil {
+		return out, fmt.Errorf("reset task %s of plan %s: %w", taskID, planID, err)
+	}
+	return out, nil
+}
+
 // ListWorkers returns every registered worker.
 func (c *Client) ListWorkers(ctx context.Context) ([]Worker, error) {
 	var out WorkerList

@@ -424,3 +424,18 @@ type HeldTask struct {
 
 // MaxFailOutput bounds FailRequest.Output.
 const MaxFailOutput = 8 << 10
+
+// TaskChangeResponse answers adding a task to a plan or editing one.
+type TaskChangeResponse struct {
+	Task Task `json:"task"`
+	// Changed is false when an edit gave the task the definition it already had.
+	Changed bool `json:"changed"`
+	// Plan is the plan after the change (a finished plan that got work is ACTIVE again).
+	Plan Plan `json:"plan"`
+}
+
+// TaskResetResponse answers resetting a task: the ids returned to PENDING, in file order.
+type TaskResetResponse struct {
+	Reset []string `json:"reset"`
+	Plan  Plan     `json:"plan"`
+}
