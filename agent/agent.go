@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whilly-go/whilly/agent/prices"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/sandbox"
 )
@@ -90,19 +91,24 @@ type Result struct {
 	ExitCode int      `json:"exit_code"` // -1 when killed by a signal or never started
 	Text     string   `json:"text"`      // the agent's final message (its tail if longer than 64 KiB)
 	Cost     plan.USD `json:"cost_usd"`
-	// CostReported is false when the agent says nothing about cost (codex, a command
-	// agent that omits total_cost_usd, a run killed before it printed its result): Cost
-	// is then 0 and the budget cannot see what the run spent.
-	CostReported bool          `json:"cost_reported"`
-	Complete     bool          `json:"complete"` // CompletionMarker is in Text
-	IsError      bool          `json:"is_error"` // the agent itself reported an error
-	Reason       string        `json:"reason,omitempty"`
-	Detail       string        `json:"detail,omitempty"`  // one bounded human sentence about Reason
-	Excerpt      string        `json:"excerpt,omitempty"` // tail of stdout/stderr, ≤ MaxExcerptBytes
-	SessionID    string        `json:"session_id,omitempty"`
-	Turns        int           `json:"turns,omitempty"`
-	Usage        Usage         `json:"usage"`
-	Duration     time.Duration `json:"duration"`
+	// CostReported is false when the agent says nothing about cost (a command agent that
+	// omits total_cost_usd, a codex run that reported no tokens, a run killed before it
+	// printed its result): Cost is then 0 and the budget cannot see what the run spent.
+	CostReported bool `json:"cost_reported"`
+	// CostEstimated says Cost is whilly's price of the tokens the agent reported (codex,
+	// priced with the per-model table of package prices), not a figure the agent gave;
+	// PricedAs is the table's model whose price was charged.
+	CostEstimated bool          `json:"cost_estimated,omitempty"`
+	PricedAs      string        `json:"priced_as,omitempty"`
+	Complete      bool          `json:"complete"` // CompletionMarker is in Text
+	IsError       bool          `json:"is_error"` // the agent itself reported an error
+	Reason        string        `json:"reason,omitempty"`
+	Detail        string        `json:"detail,omitempty"`  // one bounded human sentence about Reason
+	Excerpt       string        `json:"excerpt,omitempty"` // tail of stdout/stderr, ≤ MaxExcerptBytes
+	SessionID     string        `json:"session_id,omitempty"`
+	Turns         int           `json:"turns,omitempty"`
+	Usage         Usage         `json:"usage"`
+	Duration      time.Duration `json:"duration"`
 	// Sandbox is how the agent's process ran: sandbox.ModeBwrap or sandbox.ModeNone; ""
 	// when no process ran (sim, or nothing started).
 	Sandbox string `json:"sandbox,omitempty"`
@@ -136,6 +142,9 @@ type Config struct {
 	// Sandbox is the box agent processes run in; nil runs them unboxed (sim, tests).
 	Sandbox *sandbox.Sandbox
 	Sim     SimConfig
+	// PricesFile extends and overrides the built-in token prices codex runs are charged
+	// at (WHILLY_PRICES_FILE); "" uses the built-in table.
+	PricesFile string
 }
 
 func (c Config) withDefaults() Config {
@@ -180,7 +189,11 @@ func New(name string, cfg Config) (Agent, error) {
 	case NameClaude:
 		return &claudeAgent{r: runner{cfg: cfg, name: NameClaude}}, nil
 	case NameCodex:
-		return &codexAgent{r: runner{cfg: cfg, name: NameCodex}}, nil
+		table, err := prices.Load(cfg.PricesFile)
+		if err != nil {
+			return nil, fmt.Errorf("new codex agent: %w", err)
+		}
+		return &codexAgent{r: runner{cfg: cfg, name: NameCodex}, prices: table}, nil
 	case NameCommand:
 		if strings.TrimSpace(cfg.Command) == "" {
 			return nil, errors.New("new command agent: WHILLY_AGENT_CMD is empty")

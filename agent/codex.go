@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/whilly-go/whilly/agent/prices"
 )
 
 // codexAgent runs the OpenAI Codex CLI:
@@ -15,15 +17,40 @@ import (
 // directory; --skip-git-repo-check lets it run in a workspace that is not (yet) a git
 // checkout, and workspace-write confines its shell commands to that workspace.
 //
-// Codex reports tokens, not dollars, and has no spending cap: its Results have Cost 0 and
-// CostReported false, and Request.BudgetCap only stops it from starting when nothing is left.
-type codexAgent struct{ r runner }
+// Codex reports tokens, not dollars, and has no spending cap: whilly prices the tokens it
+// reports with the per-model table (package prices, WHILLY_PRICES_FILE) and charges that,
+// marked CostEstimated; Request.BudgetCap only stops it from starting when nothing is left.
+type codexAgent struct {
+	r      runner
+	prices prices.Table
+}
 
 func (a *codexAgent) Name() string { return NameCodex }
 
 func (a *codexAgent) Run(ctx context.Context, req Request) (Result, error) {
 	prompt := req.Prompt
-	return a.r.run(ctx, req, a.r.cfg.CodexBin, codexArgs(a.r.cfg, req), &prompt, parseCodex)
+	res, err := a.r.run(ctx, req, a.r.cfg.CodexBin, codexArgs(a.r.cfg, req), &prompt, parseCodex)
+	if err == nil {
+		a.price(&res, req.Model)
+	}
+	return res, err
+}
+
+// price charges the tokens a run reported at model's price. A run that reported none
+// (killed before its first turn ended) stays unpriced: CostReported false. A run with no
+// model named (codex picks its own) or an unknown one is charged the table's default
+// (PricedAs says so; an unknown name is logged too).
+func (a *codexAgent) price(res *Result, model string) {
+	u := res.Usage
+	if u.InputTokens == 0 && u.CacheReadInputTokens == 0 && u.OutputTokens == 0 {
+		return
+	}
+	e := a.prices.Cost(model, u.InputTokens, u.CacheReadInputTokens, u.OutputTokens)
+	res.Cost, res.CostReported, res.CostEstimated, res.PricedAs = e.Cost, true, true, e.PricedAs
+	if e.Fallback && model != "" {
+		a.r.cfg.Logger.Warn("codex model has no price in the table; charged at the default model's",
+			"model", model, "priced_as", e.PricedAs, "cost_usd", e.Cost.String())
+	}
 }
 
 // codexArgs runs codex with its own sandbox (-s workspace-write) only outside ours:

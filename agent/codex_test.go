@@ -79,9 +79,12 @@ func TestCodexOutputs(t *testing.T) {
 		exit   int
 		want   outcome
 	}{
-		{"success", success, 0, outcome{complete: true, session: "th-1", turns: 1}},
+		// Codex reports tokens; they are priced at the default model's (gpt-5-codex,
+		// $1.25 / $0.125 cached / $10 per million): 1000×1.25 + 200×0.125 + 345×10 µ$.
+		{"success", success, 0, outcome{complete: true, session: "th-1", turns: 1, cost: "0.004725", costReported: true}},
 		{"turn failed", failed, 1, outcome{reason: ReasonAgentError, isError: true, session: "th-2", exit: 1, detailHas: "turn failed: stream error: 401 Unauthorized"}},
-		{"no marker", noMarker, 0, outcome{reason: ReasonNoCompletionMarker, session: "th-3", turns: 1}},
+		// 10×1.25 + 5×10 = 62.5 µ$, rounded up.
+		{"no marker", noMarker, 0, outcome{reason: ReasonNoCompletionMarker, session: "th-3", turns: 1, cost: "0.000063", costReported: true}},
 		// The real CLI with no network, as captured (it was killed by timeout(1): exit 124).
 		{"real: offline", "@codex-0.169.0-exec-json-offline.jsonl", 124,
 			outcome{reason: ReasonAgentError, isError: true, session: "01a228cd-283a-7f12-98ff-d3bdf786399e", exit: 124, detailHas: "waiting for network"}},
@@ -112,6 +115,12 @@ func TestCodexOutputs(t *testing.T) {
 				if res.Usage != want {
 					t.Errorf("usage = %+v, want %+v", res.Usage, want)
 				}
+				if !res.CostEstimated || res.PricedAs != "gpt-5-codex" {
+					t.Errorf("estimated = %v, priced as %q: want an estimate at gpt-5-codex's price", res.CostEstimated, res.PricedAs)
+				}
+			}
+			if c.want.cost == "" && (res.CostEstimated || res.PricedAs != "") {
+				t.Errorf("no tokens reported, yet estimated = %v priced as %q", res.CostEstimated, res.PricedAs)
 			}
 		})
 	}
@@ -155,5 +164,43 @@ func TestCodexArgvInTheSandbox(t *testing.T) {
 	none, _ := sandbox.New(sandbox.Config{Settings: sandbox.Settings{Mode: sandbox.ModeNone}})
 	if got := codexArgs(Config{Sandbox: none}, Request{}); !reflect.DeepEqual(got[3:5], []string{"-s", "workspace-write"}) {
 		t.Errorf("codexArgs with WHILLY_SANDBOX=none = %q, want -s workspace-write", got)
+	}
+}
+
+// WHILLY_PRICES_FILE (Config.PricesFile) extends and overrides the built-in table; a bad
+// one stops New with a sentence naming the file.
+func TestCodexPricesFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out := writeFile(t, dir, "stdout", `{"type":"item.completed","item":{"id":"i","type":"agent_message","text":"<promise>COMPLETE</promise>"}}`+"\n"+
+		`{"type":"turn.completed","usage":{"input_tokens":2000000,"cached_input_tokens":1000000,"output_tokens":500000}}`+"\n"+
+		`{"type":"turn.completed","usage":{"input_tokens":1000000,"cached_input_tokens":0,"output_tokens":500000}}`+"\n")
+	cfg := testConfig()
+	cfg.CodexBin = fakeOutput(t, dir, "codex", out, "", 0)
+	cfg.PricesFile = writeFile(t, dir, "prices.json", `{"models": {"team-model": {"input": 2, "cached_input": 1, "output": 4}, "o3": {"input": 0.5, "output": 1}}}`)
+	a, err := New(NameCodex, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two turns: 3M input of which 1M cached, 1M output.
+	for _, c := range []struct{ model, cost, pricedAs string }{
+		{"team-model", "9", "team-model"},          // 2M×2 + 1M×1 + 1M×4
+		{"o3", "2.5", "o3"},                        // overridden: cached input at the input price, 3M×0.5 + 1M×1
+		{"gpt-5-mini", "2.525", "gpt-5-mini"},      // built-in kept: 2M×0.25 + 1M×0.025 + 1M×2
+		{"no-such-model", "12.625", "gpt-5-codex"}, // the default's: 2M×1.25 + 1M×0.125 + 1M×10
+	} {
+		res, err := a.Run(testCtx(t), Request{Prompt: "p", WorkDir: dir, Model: c.model})
+		if err != nil || !res.Succeeded() {
+			t.Fatalf("%s: %v %q", c.model, err, res.Detail)
+		}
+		if res.Cost.String() != c.cost || !res.CostReported || !res.CostEstimated || res.PricedAs != c.pricedAs {
+			t.Errorf("%s: cost %s reported %v estimated %v priced as %q, want %s estimated at %q's price",
+				c.model, res.Cost, res.CostReported, res.CostEstimated, res.PricedAs, c.cost, c.pricedAs)
+		}
+	}
+
+	cfg.PricesFile = writeFile(t, dir, "bad.json", `{"models": {"o3": {"input": 1, "outptu": 2}}}`)
+	if _, err := New(NameCodex, cfg); err == nil || !strings.Contains(err.Error(), "bad.json") || !strings.Contains(err.Error(), `unknown field "outptu"`) {
+		t.Errorf("New with a bad prices file = %v, want the file and the bad key named", err)
 	}
 }

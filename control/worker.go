@@ -483,7 +483,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	// marked repaired when that changed it.
 	result, repaired := agent.Storable(req.Result)
 	in := queue.CompleteInput{Cost: req.CostUSD, Result: result, HeadSHA: strings.ToLower(req.HeadSHA), NoChanges: req.NoChanges,
-		ResultRepaired: repaired || req.ResultRepaired}
+		ResultRepaired: repaired || req.ResultRepaired, CostEstimated: req.CostEstimated}
 	var (
 		t    queue.TaskInfo
 		next *queue.Claim
@@ -547,7 +547,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) {
 	// Agent output may hold NUL, which Postgres text cannot store: drop it.
 	output, _ := agent.Storable(req.Output)
 	t, err := s.store.Fail(r.Context(), l, queue.FailInput{Cost: req.CostUSD, Reason: req.Reason, Retryable: req.Retryable,
-		Detail: req.Detail, Output: output})
+		Detail: req.Detail, Output: output, CostEstimated: req.CostEstimated})
 	if err == nil {
 		s.metrics.failures.WithLabelValues(reasonClass(req.Reason)).Inc()
 		outcome := outcomeFailed

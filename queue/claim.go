@@ -280,6 +280,9 @@ func completePayload(l Lease, in CompleteInput) ([]byte, error) {
 	if in.ResultRepaired {
 		payload["result_repaired"] = true
 	}
+	if in.CostEstimated {
+		payload["cost_estimated"] = true
+	}
 	p, err := json.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode COMPLETE payload: %w", err)
@@ -420,6 +423,9 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 		outcome := plan.FailOutcome(t.Attempts, t.MaxAttempts, retryable)
 		payload := map[string]any{"worker_id": l.WorkerID, "attempt": t.Attempts, "max_attempts": t.MaxAttempts,
 			"cost_usd": in.Cost.String(), "reason": in.Reason, "retryable": retryable}
+		if in.CostEstimated {
+			payload["cost_estimated"] = true
+		}
 		cost := `cost_usd = cost_usd + $3::numeric / 1000000, last_error = $4, last_output = NULLIF($5, ''),
 			ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL`
 		if outcome == plan.TransitionRetry {

@@ -62,6 +62,9 @@ type CompleteInput struct {
 	// ResultRepaired says Result is the agent's text made storable (result_repaired in the
 	// COMPLETE event's payload).
 	ResultRepaired bool
+	// CostEstimated says Cost is whilly's price of the agent's tokens (cost_estimated in
+	// the event's payload).
+	CostEstimated bool
 }
 
 // FailInput is what a worker reports on failure. Retryable nil means true.
@@ -72,6 +75,8 @@ type FailInput struct {
 	Detail    json.RawMessage
 	// Output is the attempt's error text and output tail, given to the next attempt.
 	Output string
+	// CostEstimated is as in CompleteInput.
+	CostEstimated bool
 }
 
 // CancelNotice tells a worker to stop working on a task it holds.

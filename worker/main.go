@@ -311,11 +311,13 @@ func simFromEnv(c *config.Env) (agent.SimConfig, error) {
 }
 
 // AgentConfig reads the agent settings of the environment (CLAUDE_BIN, CODEX_BIN,
-// WHILLY_AGENT_CMD). Timeouts and the model are per request and read by the caller.
+// WHILLY_AGENT_CMD, WHILLY_PRICES_FILE). Timeouts and the model are per request and read by the caller.
 func AgentConfig(env *config.Env) agent.Config {
 	return agent.Config{
 		ClaudeBin: env.String(config.ClaudeBin),
 		CodexBin:  env.String(config.CodexBin),
 		Command:   env.Raw(config.AgentCmd),
+		// Checked at start-up (config.PricesFile's Check); New loads it.
+		PricesFile: env.String(config.PricesFile),
 	}
 }

@@ -391,8 +391,8 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	}
 	if r.fail == nil && r.runErr == nil && r.res.Succeeded() {
 		result, repaired := agent.Storable(bounded(r.res.Text, 4096))
-		req := client.CompleteRequest{LeaseID: c.Lease.ID, CostUSD: r.res.Cost, Result: result, ResultRepaired: repaired,
-			HeadSHA: r.pub.HeadSHA, NoChanges: r.pub.NoChanges, DurationMS: ran}
+		req := client.CompleteRequest{LeaseID: c.Lease.ID, CostUSD: r.res.Cost, CostEstimated: r.res.CostEstimated,
+			Result: result, ResultRepaired: repaired, HeadSHA: r.pub.HeadSHA, NoChanges: r.pub.NoChanges, DurationMS: ran}
 		if wantNext {
 			// The next task comes back with the completion: one round trip fewer.
 			req.ClaimNext = &client.NextClaim{PlanID: w.cfg.PlanID, IdempotencyKey: newKey()}
@@ -414,7 +414,7 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 		fail = &f
 	}
 	out.Reason = fail.Reason
-	fail.LeaseID, fail.CostUSD, fail.DurationMS = c.Lease.ID, r.res.Cost, ran
+	fail.LeaseID, fail.CostUSD, fail.CostEstimated, fail.DurationMS = c.Lease.ID, r.res.Cost, r.res.CostEstimated, ran
 	var failed client.Task
 	if err := w.report(ctx, log, lc, "fail", func(ctx context.Context) error {
 		var err error
@@ -603,9 +603,18 @@ func (w *Worker) egressDenied(ctx context.Context, c *client.Claim, d sandbox.De
 }
 
 // attemptEvent records how the agent's process ran: in the box or not (sandbox: none is
-// the operator's explicit opt-out), and the tool calls its CLI refused itself.
+// the operator's explicit opt-out), the tool calls its CLI refused itself, the tokens it
+// reported and what the attempt cost (cost_estimated and priced_as when whilly priced
+// the tokens itself: codex).
 func (w *Worker) attemptEvent(ctx context.Context, c *client.Claim, res agent.Result) {
-	p := map[string]any{"attempt": c.Task.Attempt, "agent": w.agent.Name(), "sandbox": res.Sandbox}
+	p := map[string]any{"attempt": c.Task.Attempt, "agent": w.agent.Name(), "sandbox": res.Sandbox,
+		"usage": res.Usage, "cost_usd": res.Cost.String()}
+	if w.cfg.Model != "" {
+		p["model"] = w.cfg.Model
+	}
+	if res.CostEstimated {
+		p["cost_estimated"], p["priced_as"] = true, res.PricedAs
+	}
 	if n := w.cfg.Sandbox.Net(); n != "" && res.Sandbox == sandbox.ModeBwrap {
 		p["net"] = n
 	}

@@ -193,6 +193,9 @@ type CompleteRequest struct {
 	// ResultRepaired says the worker had to repair the agent's text to send it (NUL bytes
 	// removed, bytes that are not UTF-8 replaced); the COMPLETE event records it.
 	ResultRepaired bool `json:"result_repaired,omitempty"`
+	// CostEstimated says CostUSD is whilly's price of the tokens the agent reported (codex),
+	// not the agent's own figure; the COMPLETE event records it.
+	CostEstimated bool `json:"cost_estimated,omitempty"`
 }
 
 // NextClaim is the claim a COMPLETE asks for: of one plan, or of any when PlanID is empty.
@@ -244,6 +247,8 @@ type FailRequest struct {
 	Output string `json:"output,omitempty"`
 	// DurationMS is how long the attempt ran on the worker: the attempt duration metric.
 	DurationMS int64 `json:"duration_ms,omitempty"`
+	// CostEstimated is as in CompleteRequest; the FAIL or RETRY event records it.
+	CostEstimated bool `json:"cost_estimated,omitempty"`
 }
 
 // TaskEventRequest appends a progress or log event (types agent.*, progress.*, log.*)

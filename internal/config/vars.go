@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/whilly-go/whilly/agent/prices"
 	"github.com/whilly-go/whilly/plan"
 )
 
@@ -151,8 +152,9 @@ func Vars() []Var {
 			Doc: "Claude Code executable"},
 		{Name: CodexBin, Section: secAgent, Kind: KindString, Default: "codex", Commands: agt,
 			Doc: "OpenAI Codex CLI executable"},
-		{Name: PricesFile, Section: secAgent, Kind: KindFile, Commands: agt,
-			Doc: "per-model token prices (JSON) for agents that report tokens, not USD"},
+		{Name: PricesFile, Section: secAgent, Kind: KindFile, Commands: agt, Check: pricesFile,
+			DefaultText: "built-in OpenAI list prices",
+			Doc: "per-model token prices (JSON, USD per million tokens: `{\"models\": {\"gpt-5-codex\": {\"input\": 1.25, \"cached_input\": 0.125, \"output\": 10}}}`) that extend and override the built-in table; codex's tokens are charged at them, marked estimated"},
 		{Name: SimDelay, Section: secAgent, Kind: KindDuration, Default: "0", ZeroOK: true, Commands: []Command{Worker},
 			Doc: "`sim` agent of whilly-worker: how long each attempt takes"},
 		{Name: SimCost, Section: secAgent, Kind: KindUSD, Default: "0", Commands: []Command{Worker},
@@ -220,6 +222,13 @@ func Vars() []Var {
 		{Name: DispatchInterval, Section: secGitHub, Kind: KindDuration, Default: "10m", Commands: srv,
 			Doc: "dispatch again at most this often while ready tasks wait with nothing claiming"},
 	}
+}
+
+// pricesFile loads the price table the way the codex agent will, so a bad file stops
+// the command at start-up.
+func pricesFile(s string) error {
+	_, err := prices.Load(s)
+	return err
 }
 
 func positiveInt(s string) error {
