@@ -154,7 +154,7 @@ func Vars() []Var {
 			Doc: "OpenAI Codex CLI executable"},
 		{Name: PricesFile, Section: secAgent, Kind: KindFile, Commands: agt, Check: pricesFile,
 			DefaultText: "built-in OpenAI list prices",
-			Doc: "per-model token prices (JSON, USD per million tokens: `{\"models\": {\"gpt-5-codex\": {\"input\": 1.25, \"cached_input\": 0.125, \"output\": 10}}}`) that extend and override the built-in table; codex's tokens are charged at them, marked estimated"},
+			Doc:         "per-model token prices (JSON, USD per million tokens: `{\"models\": {\"gpt-5-codex\": {\"input\": 1.25, \"cached_input\": 0.125, \"output\": 10}}}`) that extend and override the built-in table; codex's tokens are charged at them, marked estimated"},
 		{Name: SimDelay, Section: secAgent, Kind: KindDuration, Default: "0", ZeroOK: true, Commands: []Command{Worker},
 			Doc: "`sim` agent of whilly-worker: how long each attempt takes"},
 		{Name: SimCost, Section: secAgent, Kind: KindUSD, Default: "0", Commands: []Command{Worker},
