@@ -189,6 +189,7 @@ func TestTaskOperationsRefusals(t *testing.T) {
 			body = rq.body
 		}
 		status, out := e.do(rq.method, rq.path, e.admin, body)
+		t.Logf("%s: %d %s", rq.name, status, out)
 		if status != rq.status || !strings.Contains(out, rq.says) {
 			t.Errorf("%s: %d %s; want %d saying %q", rq.name, status, out, rq.status, rq.says)
 		}

@@ -126,7 +126,7 @@ func withBy(payload map[string]any, by string) map[string]any {
 	return payload
 }
 
-// bySQL is the SQL of the jsonb object {"by": param} (empty when param is ”), to
+// bySQL is the SQL of the jsonb object {"by": param} (empty when param is empty), to
 // concatenate to an event payload built in SQL.
 func bySQL(param string) string {
 	return `CASE WHEN ` + param + `::text = '' THEN '{}'::jsonb ELSE jsonb_build_object('by', ` + param + `::text) END`
