@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -204,16 +205,60 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	tasks, err := s.store.Tasks(r.Context(), id)
+	pg, err := taskPageOf(r.URL.Query())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	tasks, next, err := s.store.TaskPageOf(r.Context(), id, pg)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	out := client.TaskList{Tasks: make([]client.Task, 0, len(tasks))}
+	if next >= 0 {
+		out.NextCursor = strconv.Itoa(next)
+	}
 	for _, t := range tasks {
 		out.Tasks = append(out.Tasks, taskWire(t))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// taskPageOf reads the page a task list asks for: status, limit and the after cursor.
+func taskPageOf(q url.Values) (queue.TaskPage, error) {
+	var pg queue.TaskPage
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || len(v) > 10 {
+			return pg, errorf(http.StatusBadRequest, codeBadRequest, "Parameter after must be the next_cursor of the previous page.")
+		}
+		pg.From = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > queue.MaxTaskPage {
+			return pg, errorf(http.StatusBadRequest, codeBadRequest, "Parameter limit must be a whole number from 1 to %d.", queue.MaxTaskPage)
+		}
+		pg.Limit = n
+	}
+	if v := q.Get("status"); v != "" {
+		st, err := plan.ParseStatus(v)
+		if err != nil {
+			return pg, errorf(http.StatusBadRequest, codeBadRequest, "Parameter status must be one of %s.", statusNames())
+		}
+		pg.Status = st
+	}
+	return pg, nil
+}
+
+// statusNames lists the task statuses for messages.
+func statusNames() string {
+	names := make([]string, 0, len(plan.Statuses()))
+	for _, st := range plan.Statuses() {
+		names = append(names, string(st))
+	}
+	return strings.Join(names, ", ")
 }
 
 func budgetText(u *plan.USD) string {

@@ -719,6 +719,45 @@ func (s *Store) Tasks(ctx context.Context, planID string) ([]TaskInfo, error) {
 	return tasks, nil
 }
 
+// TaskPage selects a page of a plan's tasks in file order.
+type TaskPage struct {
+	From   int         // the first order key to include: 0, or a next cursor
+	Limit  int         // default 1000, at most MaxTaskPage
+	Status plan.Status // only tasks in this status ("" any)
+}
+
+// MaxTaskPage is the most tasks one TaskPage returns.
+const MaxTaskPage = 5000
+
+// TaskPageOf returns a page of a plan's tasks and the order key the next page begins at
+// (-1 at the end).
+func (s *Store) TaskPageOf(ctx context.Context, planID string, pg TaskPage) ([]TaskInfo, int, error) {
+	if pg.Limit <= 0 {
+		pg.Limit = 1000
+	}
+	pg.Limit = min(pg.Limit, MaxTaskPage)
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+`, ord FROM tasks
+		WHERE plan_id = $1 AND ord >= $2 AND ($3 = '' OR status = $3) ORDER BY ord LIMIT $4`,
+		planID, pg.From, string(pg.Status), pg.Limit+1)
+	if err != nil {
+		return nil, -1, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	var ords []int
+	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TaskInfo, error) {
+		var ord int
+		t, err := scanTaskExtra(r, &ord)
+		ords = append(ords, ord)
+		return t, err
+	})
+	if err != nil {
+		return nil, -1, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	if len(tasks) > pg.Limit {
+		return tasks[:pg.Limit], ords[pg.Limit], nil
+	}
+	return tasks, -1, nil
+}
+
 // GetTask returns one task.
 func (s *Store) GetTask(ctx context.Context, planID, taskID string) (TaskInfo, error) {
 	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks WHERE plan_id = $1 AND id = $2`, planID, taskID))

@@ -430,13 +430,51 @@ func (c *Client) PatchPlan(ctx context.Context, planID string, req PatchPlanRequ
 	return out, nil
 }
 
-// ListTasks returns every task of a plan in file order.
-func (c *Client) ListTasks(ctx context.Context, planID string) ([]Task, error) {
-	var out TaskList
-	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, pathOf("v1", "plans", planID, "tasks"), nil, nil, &out); err != nil {
-		return nil, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+// TaskQuery selects a page of a plan's tasks: After is the NextCursor of the previous
+// page ("" the first), Limit 0 the server's default, Status "" any.
+type TaskQuery struct {
+	After  string
+	Limit  int
+	Status plan.Status
+}
+
+// ListTaskPage returns one page of a plan's tasks in file order.
+func (c *Client) ListTaskPage(ctx context.Context, planID string, q TaskQuery) (TaskList, error) {
+	v := url.Values{}
+	if q.After != "" {
+		v.Set("after", q.After)
 	}
-	return out.Tasks, nil
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Status != "" {
+		v.Set("status", string(q.Status))
+	}
+	var out TaskList
+	if _, err := c.call(ctx, c.opts.Timeout, http.MethodGet, pathOf("v1", "plans", planID, "tasks"), v, nil, &out); err != nil {
+		return out, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	return out, nil
+}
+
+// ListTasks returns every task of a plan in file order, reading page after page.
+func (c *Client) ListTasks(ctx context.Context, planID string) ([]Task, error) {
+	var all []Task
+	q := TaskQuery{}
+	for {
+		page, err := c.ListTaskPage(ctx, planID, q)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Tasks...)
+		if page.NextCursor == "" {
+			return all, nil
+		}
+		if page.NextCursor == q.After || len(page.Tasks) == 0 {
+			return nil, fmt.Errorf("list tasks of plan %s: the server's next cursor %q does not advance", planID, page.NextCursor)
+		}
+		q.After = page.NextCursor
+	}
 }
 
 // AddTask adds a task (one task in the plan-file format) to a plan (admin).

@@ -283,9 +283,11 @@ type PlanList struct {
 	NextCursor string `json:"next_cursor,omitempty"`
 }
 
-// TaskList is every task of a plan, in file order.
+// TaskList is a page of a plan's tasks, in file order; pass NextCursor as after to read
+// the next page. NextCursor is empty on the last page.
 type TaskList struct {
-	Tasks []Task `json:"tasks"`
+	Tasks      []Task `json:"tasks"`
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // ImportResult says what importing a plan file wrote.
