@@ -130,6 +130,67 @@ func TestCodexTokensArePricedAndMarkedEstimated(t *testing.T) {
 	}
 }
 
+// Claude Code reports USD itself: the agent.attempt event records its tokens and cost,
+// and nothing is marked estimated.
+func TestClaudeTokensAreRecorded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "claude")
+	script := "#!/bin/sh\ncat > /dev/null\necho '" + `{"type":"result","subtype":"success","is_error":false,"result":"Done <promise>COMPLETE</promise>","session_id":"s","num_turns":2,"total_cost_usd":0.125,"usage":{"input_tokens":3000,"output_tokens":700,"cache_read_input_tokens":50000,"cache_creation_input_tokens":4000}}` + "'\n"
+	if err := os.WriteFile(bin, []byte(script), 0o700); err != nil { // #nosec G306 -- an executable for the test
+		t.Fatal(err)
+	}
+	e.importTasks(t, "claude", 1)
+	w, token, err := e.st.RegisterWorker(context.Background(), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := client.New(e.url, token, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := agent.New(agent.NameClaude, agent.Config{ClaudeBin: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wk, err := worker.New(api, ag, nil, worker.Config{WorkerID: w.ID, PlanID: "claude", Drain: true, ClaimWait: time.Second, WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if sum, err := wk.Run(ctx); err != nil || sum.Done != 1 {
+		t.Fatalf("run: %+v %v", sum, err)
+	}
+	evs, err := e.st.Events(context.Background(), queue.EventFilter{PlanID: "claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := agent.Usage{InputTokens: 3000, OutputTokens: 700, CacheReadInputTokens: 50000, CacheCreationInputTokens: 4000}
+	var found int
+	for _, ev := range evs {
+		var pl map[string]json.RawMessage
+		if err := json.Unmarshal(ev.Payload, &pl); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := pl["cost_estimated"]; ok {
+			t.Errorf("%s: a cost claude reported is marked estimated: %s", ev.Type, ev.Payload)
+		}
+		if ev.Type != worker.EventAttempt {
+			continue
+		}
+		found++
+		var u agent.Usage
+		if err := json.Unmarshal(pl["usage"], &u); err != nil || u != want || string(pl["cost_usd"]) != `"0.125"` {
+			t.Errorf("agent.attempt %s: want usage %+v and cost_usd 0.125", ev.Payload, want)
+		}
+	}
+	if found != 1 {
+		t.Errorf("%d agent.attempt events, want 1", found)
+	}
+}
+
 // A bad WHILLY_PRICES_FILE stops whilly-worker at start-up: exit 2, one sentence naming
 // the variable, the file and what is wrong in it, before it registers.
 func TestWorkerBadPricesFileExits2(t *testing.T) {

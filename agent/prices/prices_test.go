@@ -78,7 +78,7 @@ func TestBadFiles(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ name, body, want string }{
 		{"not json", `gpt-5: 1.25`, "not a price table"},
-		{"typo key", `{"models": {"x": {"input": 1, "ouput": 2}}}`, `unknown field "ouput"`},
+		{"typo key", `{"models": {"x": {"input": 1, "cached": 2}}}`, `unknown field "cached"`},
 		{"negative", `{"models": {"x": {"input": -1, "output": 2}}}`, "must not be negative"},
 		{"empty", `{"models": {}}`, "prices no model"},
 		{"trailing", `{"models": {"x": {"input": 1}}} {}`, "data after the JSON object"},
