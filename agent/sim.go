@@ -84,6 +84,8 @@ func (a *simAgent) Run(ctx context.Context, req Request) (Result, error) {
 		res.ExitCode, res.IsError, res.Reason = 1, true, ReasonAgentError
 		res.Text = fmt.Sprintf("whilly sim agent (a simulation, no model ran): simulated failure (fail rate %g, seed %d).", a.cfg.FailRate, a.cfg.Seed)
 		res.Detail = "simulated failure"
+	case slices.Contains(req.Env, "WHILLY_AGENT_ROLE=planner"):
+		res.Text = simPlanAnswer(req.Prompt)
 	default:
 		res.Text = "whilly sim agent: this is a simulation; no model ran and no file was changed.\n" + CompletionMarker
 		res.Complete = true
@@ -94,6 +96,41 @@ func (a *simAgent) Run(ctx context.Context, req Request) (Result, error) {
 		_, _ = io.WriteString(req.Log, res.Text+"\n")
 	}
 	return res, nil
+}
+
+// simPlanAnswer is the sim planner's answer (agent.Plan sets WHILLY_AGENT_ROLE=planner): a
+// PRD and a valid three-task plan, the same for the same prompt. Its project name carries
+// a hash of the prompt, so two ideas make two plans. No model reads the idea.
+func simPlanAnswer(prompt string) string {
+	h := fnv.New32a()
+	_, _ = io.WriteString(h, prompt)
+	project := fmt.Sprintf("Simulated plan %08x", h.Sum32())
+	return fmt.Sprintf(`# %[1]s
+
+Written by the whilly sim planner: a simulation, no model read the idea. The plan below has
+the shape of a real one so that whilly init, whilly run --agent sim and the dashboard can
+be tried without an agent.
+
+## Requirements
+
+- F1: the groundwork the feature needs is in place.
+- F2: the feature itself works.
+- F3: an end-to-end test covers the feature.
+
+`+"```json"+`
+{"project": %[2]q, "tasks": [
+  {"id": "SIM-1", "priority": "high", "description": "Lay the groundwork the simulated feature needs: its package, its configuration and its types.",
+   "dependencies": [], "key_files": ["sim/setup.go"], "acceptance_criteria": ["the package builds", "the configuration is read once"],
+   "test_steps": ["go build ./..."], "prd_requirement": "F1"},
+  {"id": "SIM-2", "priority": "medium", "description": "Build the simulated feature on the groundwork of SIM-1 and cover it with unit tests.",
+   "dependencies": ["SIM-1"], "key_files": ["sim/feature.go"], "acceptance_criteria": ["the feature answers as the PRD says", "its unit tests pass"],
+   "test_steps": ["go test ./sim/..."], "prd_requirement": "F2"},
+  {"id": "SIM-3", "priority": "low", "description": "Test the whole simulated feature end to end, from the command line to the stored result.",
+   "dependencies": ["SIM-2"], "key_files": ["sim/e2e_test.go"], "acceptance_criteria": ["the end-to-end test passes", "it fails when the feature is removed"],
+   "test_steps": ["go test -run TestEndToEnd ./sim/..."], "prd_requirement": "F3"}
+]}
+`+"```"+`
+`, project, project)
 }
 
 // fails decides a run from a hash of the seed, the prompt and the sorted environment.

@@ -40,7 +40,8 @@ func (a *app) initCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use: `init "IDEA" [--slug S] [--no-import] [--output-dir DIR] [--planner NAME]`,
 		Example: `  whilly init "Rate-limit the login endpoint" --slug rate-limit --budget 5
-  echo "Add a dark mode" | whilly init - --no-import --output-dir plans`,
+  echo "Add a dark mode" | whilly init - --no-import --output-dir plans
+  whilly init "Try whilly without a model" --planner sim`,
 		Short: "Turn an idea into a PRD and a plan with the planner agent, and import the plan",
 		Long: `Ask the planner agent to turn an idea into a PRD (product requirements document) and a
 plan of small tasks with dependencies, key files, acceptance criteria and test steps.
@@ -56,8 +57,9 @@ and the command exits 1. IDEA "-" reads the idea from standard input.
 
 The planner is --planner, else WHILLY_PLANNER, else claude (Claude Code, installed and
 logged in); it may read the current directory but not change it. Each call is bounded by
-WHILLY_PLANNER_TIMEOUT (default 10m). Existing files are overwritten only after a yes on
-a terminal, or with --yes.`,
+WHILLY_PLANNER_TIMEOUT (default 10m). --planner sim runs no model: it answers a fixed
+three-task plan named after a hash of the idea, to try whilly (then 'whilly run --agent
+sim'). Existing files are overwritten only after a yes on a terminal, or with --yes.`,
 		Args: exactArgs(1, `one idea in quotes, or - to read it from standard input`),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.runInit(cmd, args[0], o)

@@ -5,6 +5,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -331,5 +332,41 @@ func TestInitBadInput(t *testing.T) {
 	bad := map[string]string{"WHILLY_PLANNER": "gpt", "CLAUDE_BIN": "/nonexistent/claude"}
 	if code, _, stderr := execCLI(t, bad, "", "init", "x", "--no-import"); code != 2 || !strings.Contains(stderr, "WHILLY_PLANNER") {
 		t.Errorf("WHILLY_PLANNER=gpt: exit %d, %s", code, stderr)
+	}
+}
+
+// TestInitSimPlannerMakesAPlan: the sim planner (no model) answers with a valid plan, so
+// `whilly init --planner sim` imports it and `whilly run --agent sim` can run it; two
+// ideas make two plans, the same idea the same one.
+func TestInitSimPlannerMakesAPlan(t *testing.T) {
+	t.Parallel()
+	dsn := testkit.DSN(t)
+	env := map[string]string{"WHILLY_DATABASE_URL": dsn}
+	dir := t.TempDir()
+	code, out, stderr := execCLI(t, env, "", "init", "Add a dark mode", "--planner", "sim", "--output-dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("init --planner sim: exit %d, %s", code, stderr)
+	}
+	var res struct {
+		PlanID string `json:"plan_id"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || !strings.HasPrefix(res.PlanID, "simulated-plan-") {
+		t.Fatalf("init --json: %v, %q", err, out)
+	}
+	code, out, stderr = execCLI(t, env, "", "plan", "show", res.PlanID, "--no-color")
+	if code != 0 || !strings.Contains(out, "SIM-1") || !strings.Contains(out, "SIM-3") {
+		t.Fatalf("plan show: exit %d, %s %s", code, out, stderr)
+	}
+	code, out, stderr = execCLI(t, env, "", "run", "--plan", res.PlanID, "--agent", "sim", "--sim-delay", "0")
+	if code != 0 {
+		t.Fatalf("run --agent sim: exit %d, %s %s", code, out, stderr)
+	}
+	code, _, stderr = execCLI(t, env, "", "init", "Something else", "--planner", "sim", "--output-dir", dir, "--no-import")
+	if code != 0 {
+		t.Fatalf("a second idea: exit %d, %s", code, stderr)
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.tasks.json"))
+	if err != nil || len(files) != 2 {
+		t.Fatalf("two ideas made %d plan files: %v", len(files), files)
 	}
 }
