@@ -112,7 +112,7 @@ listed with the task and field it concerns, and nothing is written.`,
 				return err
 			}
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
-				res, err := st.Import(cmd.Context(), p, queue.ImportOptions{Progress: a.progress("importing")})
+				res, err := st.Import(cmd.Context(), p, queue.ImportOptions{Progress: a.progress("importing"), By: localUser()})
 				if err != nil {
 					return err
 				}

@@ -86,7 +86,7 @@ func (s *Server) importPlan(w http.ResponseWriter, r *http.Request) {
 	}
 	var res client.ImportResult
 	if strict {
-		ar, err := s.store.Apply(r.Context(), p, true, queue.ImportOptions{})
+		ar, err := s.store.Apply(r.Context(), p, true, queue.ImportOptions{By: principalFrom(r.Context()).by()})
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -94,7 +94,7 @@ func (s *Server) importPlan(w http.ResponseWriter, r *http.Request) {
 		res = importWire(ar.Import)
 		res.Skipped = ar.Skipped
 	} else {
-		ir, err := s.store.Import(r.Context(), p, queue.ImportOptions{})
+		ir, err := s.store.Import(r.Context(), p, queue.ImportOptions{By: principalFrom(r.Context()).by()})
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -136,7 +136,7 @@ func (s *Store) importPlan(ctx context.Context, p *plan.Plan, opts ImportOptions
 			return err
 		}
 		if settle {
-			if err := settleImport(ctx, tx, &res); err != nil {
+			if err := settleImport(ctx, tx, &res, opts.By); err != nil {
 				return err
 			}
 		}
@@ -221,7 +221,7 @@ func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) 
 // settleImport gives the plan the status its tasks call for after an import: DONE when
 // every task is DONE or SKIPPED (or there is none), ACTIVE again (plan.reopened) when a
 // DONE or FAILED plan got tasks that can run, else as settlePlan decides.
-func settleImport(ctx context.Context, tx pgx.Tx, res *ImportResult) error {
+func settleImport(ctx context.Context, tx pgx.Tx, res *ImportResult, by string) error {
 	var (
 		status plan.PlanStatus
 		open   bool
@@ -235,7 +235,7 @@ func settleImport(ctx context.Context, tx pgx.Tx, res *ImportResult) error {
 		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'ACTIVE', pause_reason = NULL, updated_at = now() WHERE id = $1`, res.PlanID); err != nil {
 			return fmt.Errorf("reopen plan %s: %w", res.PlanID, err)
 		}
-		payload := map[string]any{"from": status, "tasks_created": res.TasksCreated, "tasks_updated": len(res.TasksUpdated)}
+		payload := withBy(map[string]any{"from": status, "tasks_created": res.TasksCreated, "tasks_updated": len(res.TasksUpdated)}, by)
 		if err := insertEvent(ctx, tx, res.PlanID, "", EventPlanReopened, payload, nil); err != nil {
 			return err
 		}
@@ -480,7 +480,7 @@ func (s *Store) Apply(ctx context.Context, p *plan.Plan, strict bool, opts Impor
 		if err := insertEvent(ctx, tx, p.ID, "", EventPlanApplied, payload, nil); err != nil {
 			return err
 		}
-		if err := settleImport(ctx, tx, &res.Import); err != nil {
+		if err := settleImport(ctx, tx, &res.Import, opts.By); err != nil {
 			return err
 		}
 		return s.changed(ctx, tx, p.ID)

@@ -217,7 +217,7 @@ func (s *Store) putTask(ctx context.Context, planID, edit string, raw []byte, by
 		if edit == "" && res.TasksCreated == 0 {
 			return fmt.Errorf("plan %s already has a task %s: edit it instead: %w", planID, id, ErrConflict)
 		}
-		if err := settleImport(ctx, tx, &res); err != nil {
+		if err := settleImport(ctx, tx, &res, by); err != nil {
 			return err
 		}
 		if !res.Changed() && !res.Reopened {
