@@ -57,6 +57,11 @@ func TestTaskOperationsOverHTTP(t *testing.T) {
 	ctx := context.Background()
 	e.importPlan(planDoc("p", "T1"))
 	admin := e.client(e.admin)
+	for _, typ := range []string{"plan.created", "task.created"} {
+		if ev, ok := e.lastEvent("p", map[string]string{"task.created": "T1"}[typ], typ); !ok || by(t, ev) != "token:ops@example.com" {
+			t.Errorf("%s event of the import: %v %s", typ, ok, ev.Payload)
+		}
+	}
 
 	// Add: a task depending on T1.
 	added, err := admin.AddTask(ctx, "p", []byte(taskDoc("T2", "T1")))

@@ -190,7 +190,7 @@ func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) 
 	}
 	res.PlanCreated = tag.RowsAffected() == 1
 	if res.PlanCreated {
-		payload := map[string]any{"name": p.Name, "tasks": len(p.Tasks), "budget_usd": usdParam(p.Budget)}
+		payload := withBy(map[string]any{"name": p.Name, "tasks": len(p.Tasks), "budget_usd": usdParam(p.Budget)}, opts.By)
 		if err := insertEvent(ctx, tx, p.ID, "", EventPlanCreated, payload, nil); err != nil {
 			return res, err
 		}
