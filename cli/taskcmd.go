@@ -20,7 +20,10 @@ func (a *app) planTask() *cobra.Command {
 		Short: "Add, edit, remove or reset one task of a plan",
 		Long: `Change one task of a stored plan. A task file holds one task in the plan-file format
 ({"id", "priority", "description", "dependencies", ...}); it is checked with the rest of the
-plan like an import (ids, dependencies, cycles), and nothing is written when it is invalid.`,
+plan like an import (ids, dependencies, cycles), and nothing is written when it is invalid.
+Each change is an event (task.created, task.updated, task.removed, RESET) whose "by" names
+the local user (local:USER). The API does the same for admin tokens:
+POST /v1/plans/ID/tasks, PATCH and DELETE /v1/plans/ID/tasks/TASK, POST …/TASK/reset.`,
 		Example: `  whilly plan task add demo task.json
   whilly plan task edit demo AUTH-2 task.json
   whilly plan task rm demo CLEANUP-1
