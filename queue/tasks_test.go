@@ -37,7 +37,7 @@ func TestAddTaskRacesARemoval(t *testing.T) {
 		conflict    bool
 	}{
 		{add: "C", remove: "A", deps: []string{"A"}, conflict: true}, // its dependency is gone
-		{add: "D", remove: "B"},                                      // another task is gone: it stays gone
+		{add: "D", remove: "B"}, // another task is gone: it stays gone
 	} {
 		holder, err := pool.Begin(ctx)
 		if err != nil {
