@@ -187,6 +187,8 @@ func TestTaskOperationsRefusals(t *testing.T) {
 		{"an object and more", "POST", "/v1/plans/p/tasks", taskDoc("T9") + `]}, "evil": {`, 400, "one JSON object"},
 		{"an empty body", "POST", "/v1/plans/p/tasks", "", 400, "one JSON object"},
 		{"a bad id", "POST", "/v1/plans/p/tasks", taskDoc("../T9"), 400, "id"},
+		{"a NUL in the path", "DELETE", "/v1/plans/p/tasks/T%00", "", 400, "task id in the path"},
+		{"a body too large", "POST", "/v1/plans/p/tasks", strings.Repeat(" ", 1<<20) + taskDoc("T9"), 413, "larger than"},
 	} {
 		before := e.stateDigest()
 		var body any
