@@ -60,7 +60,7 @@ func (q *queryLog) snapshot() []tracedQuery {
 }
 
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	pool     *pgxpool.Pool
 	store    *queue.Store
 	listener *queue.Listener
@@ -78,7 +78,7 @@ type envOptions struct {
 
 // newEnv starts a control plane on a fresh database: the store and a running listener
 // on a pool whose queries are traced, and an httptest server.
-func newEnv(t *testing.T, opts envOptions) *env {
+func newEnv(t testing.TB, opts envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(testkit.DSN(t))

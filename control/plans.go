@@ -237,8 +237,8 @@ func taskPageOf(q url.Values) (queue.TaskPage, error) {
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > queue.MaxTaskPage {
-			return pg, errorf(http.StatusBadRequest, codeBadRequest, "Parameter limit must be a whole number from 1 to %d.", queue.MaxTaskPage)
+		if err != nil || n < 1 || n > plan.MaxTaskPage {
+			return pg, errorf(http.StatusBadRequest, codeBadRequest, "Parameter limit must be a whole number from 1 to %d.", plan.MaxTaskPage)
 		}
 		pg.Limit = n
 	}

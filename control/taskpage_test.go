@@ -18,7 +18,7 @@ func TestTaskListPages(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
-	const n = 2345
+	const n = 5123 // more than one page of ListTasks (plan.MaxTaskPage)
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("T%05d", n-i) // file order is not id order
@@ -38,7 +38,7 @@ func TestTaskListPages(t *testing.T) {
 
 	// Small pages walked by hand add up to the plan in file order, each task once.
 	var walked []string
-	q := client.TaskQuery{Limit: 97}
+	q := client.TaskQuery{Limit: 397}
 	for pages := 0; ; pages++ {
 		if pages > n {
 			t.Fatal("the cursor never ends")
@@ -47,8 +47,8 @@ func TestTaskListPages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(page.Tasks) > 97 {
-			t.Fatalf("a page of limit 97 holds %d", len(page.Tasks))
+		if len(page.Tasks) > 397 {
+			t.Fatalf("a page of limit 397 holds %d", len(page.Tasks))
 		}
 		for _, tk := range page.Tasks {
 			walked = append(walked, tk.ID)
@@ -59,10 +59,10 @@ func TestTaskListPages(t *testing.T) {
 		q.After = page.NextCursor
 	}
 	if strings.Join(walked, ",") != strings.Join(ids, ",") {
-		t.Fatalf("pages of 97 gave %d tasks, not the plan in file order", len(walked))
+		t.Fatalf("pages of 397 gave %d tasks, not the plan in file order", len(walked))
 	}
 
-	// The client reads every page.
+	// The client reads every page (more than one of its own size).
 	all, err := rd.ListTasks(ctx, "big")
 	if err != nil || len(all) != n || all[n-1].ID != ids[n-1] {
 		t.Fatalf("ListTasks: %d tasks, %v", len(all), err)
@@ -80,7 +80,7 @@ func TestTaskListPages(t *testing.T) {
 	}
 	code, body = e.do("GET", "/v1/plans/big/tasks?status=pending&limit=5000", e.read, nil)
 	var pending client.TaskList
-	if code != 200 || json.Unmarshal([]byte(body), &pending) != nil || len(pending.Tasks) != n-1 || pending.NextCursor != "" {
+	if code != 200 || json.Unmarshal([]byte(body), &pending) != nil || len(pending.Tasks) != plan.MaxTaskPage || pending.NextCursor == "" {
 		t.Fatalf("status=pending&limit=5000: %d, %d tasks, next %q", code, len(pending.Tasks), pending.NextCursor)
 	}
 	for _, tk := range pending.Tasks {
@@ -115,5 +115,40 @@ func TestTaskListPages(t *testing.T) {
 	}
 	if code, _ := e.do("GET", "/v1/plans/nope/tasks?limit=3", e.read, nil); code != 404 {
 		t.Errorf("unknown plan: %d", code)
+	}
+}
+
+// BenchmarkTaskListPages reads every task of a 100,000-task plan a page at a time: the
+// typed client's ListTasks (the default page, 1000) and pages of the largest limit (5000).
+func BenchmarkTaskListPages(b *testing.B) {
+	e := newEnv(b, envOptions{})
+	const n = 100_000
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("T%06d", i)
+	}
+	e.importPlan(planDoc("big", ids...))
+	rd := e.client(e.read)
+	ctx := context.Background()
+	for _, limit := range []int{1000, plan.MaxTaskPage} {
+		b.Run(fmt.Sprintf("limit=%d", limit), func(b *testing.B) {
+			for b.Loop() {
+				got, q := 0, client.TaskQuery{Limit: limit}
+				for {
+					page, err := rd.ListTaskPage(ctx, "big", q)
+					if err != nil {
+						b.Fatal(err)
+					}
+					got += len(page.Tasks)
+					if page.NextCursor == "" {
+						break
+					}
+					q.After = page.NextCursor
+				}
+				if got != n {
+					b.Fatalf("%d tasks", got)
+				}
+			}
+		})
 	}
 }

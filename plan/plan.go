@@ -25,6 +25,9 @@ const (
 	StatusCancelled  Status = "CANCELLED"
 )
 
+// MaxTaskPage is the most tasks one page of a task list holds (GET /v1/plans/{plan}/tasks).
+const MaxTaskPage = 5000
+
 // Statuses lists every task status in lifecycle order.
 func Statuses() []Status {
 	return []Status{StatusPending, StatusClaimed, StatusInProgress, StatusDone, StatusFailed, StatusSkipped, StatusCancelled}

@@ -722,12 +722,9 @@ func (s *Store) Tasks(ctx context.Context, planID string) ([]TaskInfo, error) {
 // TaskPage selects a page of a plan's tasks in file order.
 type TaskPage struct {
 	From   int         // the first order key to include: 0, or a next cursor
-	Limit  int         // default 1000, at most MaxTaskPage
+	Limit  int         // default 1000, at most plan.MaxTaskPage
 	Status plan.Status // only tasks in this status ("" any)
 }
-
-// MaxTaskPage is the most tasks one TaskPage returns.
-const MaxTaskPage = 5000
 
 // TaskPageOf returns a page of a plan's tasks and the order key the next page begins at
 // (-1 at the end).
@@ -735,7 +732,7 @@ func (s *Store) TaskPageOf(ctx context.Context, planID string, pg TaskPage) ([]T
 	if pg.Limit <= 0 {
 		pg.Limit = 1000
 	}
-	pg.Limit = min(pg.Limit, MaxTaskPage)
+	pg.Limit = min(pg.Limit, plan.MaxTaskPage)
 	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+`, ord FROM tasks
 		WHERE plan_id = $1 AND ord >= $2 AND ($3 = '' OR status = $3) ORDER BY ord LIMIT $4`,
 		planID, pg.From, string(pg.Status), pg.Limit+1)

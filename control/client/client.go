@@ -457,10 +457,11 @@ func (c *Client) ListTaskPage(ctx context.Context, planID string, q TaskQuery) (
 	return out, nil
 }
 
-// ListTasks returns every task of a plan in file order, reading page after page.
+// ListTasks returns every task of a plan in file order, reading page after page of the
+// largest size (each page costs the server a scan of the plan's tasks).
 func (c *Client) ListTasks(ctx context.Context, planID string) ([]Task, error) {
 	var all []Task
-	q := TaskQuery{}
+	q := TaskQuery{Limit: plan.MaxTaskPage}
 	for {
 		page, err := c.ListTaskPage(ctx, planID, q)
 		if err != nil {
