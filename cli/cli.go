@@ -215,10 +215,35 @@ or a usage error (unknown command or flag, wrong arguments, a flag value of the 
 		a.doctorCommand(),
 		a.versionCommand(),
 	)
+	for _, c := range root.Commands() {
+		refuseUnknownSubcommands(c)
+	}
 	return root
 }
 
-// noArgs and exactArgs answer a wrong argument count with exit 1 and a usage hint.
+// refuseUnknownSubcommands makes every group of commands under c (such as 'whilly plan')
+// answer an unknown subcommand with a usage error (exit 2) rather than its help and exit
+// 0; with no argument it still prints its help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	if !c.HasSubCommands() {
+		return
+	}
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if c.Runnable() {
+		return
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unknown command %q for %q (see '%s --help')", args[0], cmd.CommandPath(), cmd.CommandPath())
+		}
+		return nil
+	}
+	c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+}
+
+// noArgs and exactArgs answer a wrong argument count with exit 2 and a usage hint.
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {

@@ -155,6 +155,10 @@ func TestEnvironmentErrorsExitTwo(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "does not exist") {
 		t.Fatalf("missing file: exit %d, %q", code, stderr)
 	}
+	// A group without a command prints its help.
+	if code, out, _ := run(t, "", "", "plan"); code != 0 || !strings.Contains(out, "Available Commands") {
+		t.Fatalf("whilly plan: exit %d, %q", code, out)
+	}
 	// Usage errors exit 2 (SPEC §13 as issue 14 asks), before anything is opened.
 	usage := []struct {
 		args []string
@@ -167,6 +171,8 @@ func TestEnvironmentErrorsExitTwo(t *testing.T) {
 		{[]string{"plan", "list", "-q"}, "unknown shorthand flag"},
 		{[]string{"plan", "list", "--json=maybe"}, "invalid argument"},
 		{[]string{"bogus"}, "unknown command"},
+		{[]string{"plan", "bogus"}, `unknown command "bogus" for "whilly plan"`},
+		{[]string{"admin", "token", "bogus", "x"}, `unknown command "bogus" for "whilly admin token"`},
 		{[]string{"plan", "show", "--"}, "one plan id"},
 	}
 	for _, u := range usage {
