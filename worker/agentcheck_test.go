@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/agent"
-	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/worker"
 )
@@ -50,14 +49,7 @@ func TestAgentCLIVanishingReleasesTheTask(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.importTasks(t, "vanish", 1)
-	w, token, err := e.st.RegisterWorker(context.Background(), "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := client.New(e.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, api := e.registered(t, e.url)
 	ag, err := agent.New(agent.NameClaude, agent.Config{ClaudeBin: filepath.Join(t.TempDir(), "claude")})
 	if err != nil {
 		t.Fatal(err)

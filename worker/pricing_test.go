@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/agent"
-	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/worker"
@@ -56,14 +55,7 @@ func TestCodexTokensArePricedAndMarkedEstimated(t *testing.T) {
 	if _, err := e.st.Import(context.Background(), p, queue.ImportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w, token, err := e.st.RegisterWorker(context.Background(), "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := client.New(e.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, api := e.registered(t, e.url)
 	ag, err := agent.New(agent.NameCodex, agent.Config{CodexBin: bin, PricesFile: pricesFile})
 	if err != nil {
 		t.Fatal(err)
@@ -142,14 +134,7 @@ func TestClaudeTokensAreRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.importTasks(t, "claude", 1)
-	w, token, err := e.st.RegisterWorker(context.Background(), "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := client.New(e.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, api := e.registered(t, e.url)
 	ag, err := agent.New(agent.NameClaude, agent.Config{ClaudeBin: bin})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/agent"
-	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/worker"
 )
 
@@ -21,14 +20,7 @@ func TestRetryPromptCarriesTheErrorText(t *testing.T) {
 	e.importTasks(t, "retry", 1)
 	dir := t.TempDir()
 	script := `cat > "` + dir + `/prompt.$WHILLY_ATTEMPT"; echo "parser.go:12: unexpected semicolon, expected }" >&2; exit 3`
-	wk, token, err := e.st.RegisterWorker(context.Background(), "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := client.New(e.url, token, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wk, api := e.registered(t, e.url)
 	ag, err := agent.New(agent.NameCommand, agent.Config{Command: script})
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,9 @@ func (e *env) importTasks(t *testing.T, id string, n int) {
 	}
 }
 
-func (e *env) worker(t *testing.T, url string, sim agent.SimConfig, cfg worker.Config) *worker.Worker {
+// registered registers a worker and returns it with a client, carrying its token, of the
+// control plane at url.
+func (e *env) registered(t *testing.T, url string) (queue.Worker, *client.Client) {
 	t.Helper()
 	w, token, err := e.st.RegisterWorker(context.Background(), "test", nil)
 	if err != nil {
@@ -66,6 +68,12 @@ func (e *env) worker(t *testing.T, url string, sim agent.SimConfig, cfg worker.C
 	if err != nil {
 		t.Fatal(err)
 	}
+	return w, api
+}
+
+func (e *env) worker(t *testing.T, url string, sim agent.SimConfig, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	w, api := e.registered(t, url)
 	ag, err := agent.New(agent.NameSim, agent.Config{Sim: sim})
 	if err != nil {
 		t.Fatal(err)
