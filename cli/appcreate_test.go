@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,30 +21,12 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// lockedBuffer collects a command's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startAppCreate runs `whilly app create ARGS --no-browser` and returns the address of its
 // local page, and a channel with the command's result.
-func startAppCreate(t *testing.T, env map[string]string, args ...string) (page string, out *lockedBuffer, done chan error) {
+func startAppCreate(t *testing.T, env map[string]string, args ...string) (page string, out *syncBuffer, done chan error) {
 	t.Helper()
 	pr, pw := io.Pipe()
-	out = &lockedBuffer{}
+	out = &syncBuffer{}
 	stdio := IO{In: strings.NewReader(""), Out: pw, Err: out, Getenv: func(k string) string { return env[k] }}
 	a := newApp(stdio, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -194,7 +175,7 @@ func TestAppCreateWritesTheCredentialsAndServeStartsFromThem(t *testing.T) {
 	// `whilly serve` itself, with nothing of the App in its environment.
 	serveEnv := map[string]string{"WHILLY_DATA_DIR": dataDir, "WHILLY_GITHUB_API_URL": gh.URL(), "WHILLY_DATABASE_URL": testkit.DSN(t)}
 	pr, pw := io.Pipe()
-	serveErr := &lockedBuffer{}
+	serveErr := &syncBuffer{}
 	sctx, stop := context.WithCancel(context.Background())
 	served := make(chan int, 1)
 	go func() {

@@ -24,7 +24,7 @@ func TestWorkerLearnsItsIDAndWaitsForItsPlan(t *testing.T) {
 	env := map[string]string{"WHILLY_CONTROL_URL": e.url, "WHILLY_WORKER_TOKEN": token, "WHILLY_SANDBOX": "none"}
 	var (
 		out    bytes.Buffer
-		errOut lockedBuffer
+		errOut syncBuffer
 		code   int
 		wg     sync.WaitGroup
 	)
@@ -41,22 +41,4 @@ func TestWorkerLearnsItsIDAndWaitsForItsPlan(t *testing.T) {
 	if code != 0 || !strings.Contains(out.String(), "tasks_done=2") {
 		t.Fatalf("exit %d, stdout %q, stderr %s; want both tasks done and exit 0", code, out.String(), errOut.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that the worker may write while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
