@@ -1,7 +1,7 @@
 // Package testkit holds helpers for tests, and only for tests: a fresh, migrated
 // Postgres database per test, cloned from a template on a private cluster that every
-// test binary of a `go test` run shares (fake GitHub and signed webhook requests will
-// join it).
+// test binary of a `go test` run shares; the fake GitHub of internal/fakegithub wrapped
+// to fail the test on what it reports; signed webhook requests from the real payloads.
 //
 // It imports testing, pglocal, migrations, pgx and pgtestdb; no non-test code may
 // import it.

@@ -1,4 +1,4 @@
-package testkit
+package fakegithub
 
 import (
 	"encoding/json"
@@ -65,7 +65,7 @@ func (g *GitHub) newApp(w http.ResponseWriter, r *http.Request, _ int64, m []str
 	g.flow.mu.Lock()
 	defer g.flow.mu.Unlock()
 	g.flow.created = append(g.flow.created, ManifestCreation{Org: org, State: r.URL.Query().Get("state"), Manifest: manifest})
-	code := "code" + strconv.Itoa(len(g.flow.created)) + randomHex(g.t, 10)
+	code := "code" + strconv.Itoa(len(g.flow.created)) + randomHex(10)
 	if g.flow.codes == nil {
 		g.flow.codes = map[string]bool{}
 	}
@@ -87,7 +87,7 @@ func (g *GitHub) convertManifest(w http.ResponseWriter, _ *http.Request, _ int64
 	}
 	g.flow.codes[m[1]] = true
 	if g.flow.secret == "" {
-		g.flow.secret = randomHex(g.t, 20)
+		g.flow.secret = randomHex(20)
 	}
 	owner := "octo-operator"
 	if c := g.flow.created[len(g.flow.created)-1]; c.Org != "" {
@@ -98,6 +98,6 @@ func (g *GitHub) convertManifest(w http.ResponseWriter, _ *http.Request, _ int64
 		"owner":    map[string]any{"login": owner},
 		"html_url": g.Server.URL + "/apps/" + AppSlug,
 		"pem":      string(g.KeyPEM), "webhook_secret": g.flow.secret,
-		"client_id": "Iv1." + randomHex(g.t, 8), "client_secret": randomHex(g.t, 20),
+		"client_id": "Iv1." + randomHex(8), "client_secret": randomHex(20),
 	})
 }

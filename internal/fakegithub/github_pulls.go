@@ -1,4 +1,4 @@
-package testkit
+package fakegithub
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/http/cgi" //nolint:gosec // G504 is about Go before 1.6.3 (httpoxy); this serves git to tests only
+	"net/http/cgi" //nolint:gosec // G504 is about Go before 1.6.3 (httpoxy); this serves git to tests and benchmarks only
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,46 +75,54 @@ func runGit(ctx context.Context, dir string, args ...string) (string, error) {
 
 // AddGitRepo creates repo (owner/name) as a bare git repository served by the fake, its
 // default branch holding one commit with files (path → content). It returns the bare
-// repository's directory, for the test's own git commands.
-func (g *GitHub) AddGitRepo(repo, defaultBranch string, files map[string]string) string {
-	g.t.Helper()
+// repository's directory, for the caller's own git commands.
+func (g *GitHub) AddGitRepo(ctx context.Context, repo, defaultBranch string, files map[string]string) (string, error) {
 	owner, name, ok := strings.Cut(repo, "/")
 	if !ok {
-		g.t.Fatalf("testkit: repository %q is not owner/name", repo)
+		return "", fmt.Errorf("repository %q is not owner/name", repo)
 	}
 	g.mu.Lock()
 	if g.gitRoot == "" {
-		g.gitRoot = g.t.TempDir()
+		dir, err := os.MkdirTemp("", "fakegithub-git-")
+		if err != nil {
+			g.mu.Unlock()
+			return "", fmt.Errorf("make the fake's git directory: %w", err)
+		}
+		g.gitRoot = dir
 	}
 	root := g.gitRoot
 	g.mu.Unlock()
 	bare := filepath.Join(root, owner, name+".git")
-	seed := g.t.TempDir()
+	seed, err := os.MkdirTemp("", "fakegithub-seed-")
+	if err != nil {
+		return "", fmt.Errorf("make a seed directory for %s: %w", repo, err)
+	}
+	defer func() { _ = os.RemoveAll(seed) }()
 	steps := [][]string{{"init", "-q", "--bare", "-b", defaultBranch, bare}, {"init", "-q", "-b", defaultBranch, seed}}
 	for _, args := range steps {
-		if _, err := runGit(g.t.Context(), root, args...); err != nil {
-			g.t.Fatalf("testkit: %v", err)
+		if _, err := runGit(ctx, root, args...); err != nil {
+			return "", err
 		}
 	}
 	for _, path := range slices.Sorted(maps.Keys(files)) {
 		full := filepath.Join(seed, filepath.FromSlash(path))
 		if err := os.MkdirAll(filepath.Dir(full), 0o750); err != nil {
-			g.t.Fatalf("testkit: %v", err)
+			return "", fmt.Errorf("seed %s: %w", repo, err)
 		}
 		if err := os.WriteFile(full, []byte(files[path]), 0o600); err != nil {
-			g.t.Fatalf("testkit: %v", err)
+			return "", fmt.Errorf("seed %s: %w", repo, err)
 		}
 	}
 	for _, args := range [][]string{{"add", "-A"}, {"commit", "-q", "--allow-empty", "-m", "Initial commit"}, {"push", "-q", bare, defaultBranch}} {
-		if _, err := runGit(g.t.Context(), seed, args...); err != nil {
-			g.t.Fatalf("testkit: %v", err)
+		if _, err := runGit(ctx, seed, args...); err != nil {
+			return "", err
 		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r := g.repo(repo)
 	r.gitDir, r.defaultBranch = bare, defaultBranch
-	return bare
+	return bare, nil
 }
 
 // SetDefaultBranch sets the default branch the fake reports for repo (default main).
@@ -292,7 +300,7 @@ func (g *GitHub) createPull(w http.ResponseWriter, req *http.Request, inst int64
 		n = max(n, num+1)
 	}
 	login, _ := g.author(inst)
-	p := &FakePull{Number: n, NodeID: "PR_" + randomHex(g.t, 8), Title: in.Title, Body: in.Body, Head: in.Head, Base: in.Base,
+	p := &FakePull{Number: n, NodeID: "PR_" + randomHex(8), Title: in.Title, Body: in.Body, Head: in.Head, Base: in.Base,
 		State: "open", Draft: in.Draft, OpenedAsDraft: in.Draft, Author: login}
 	r.pulls[n] = p
 	return writeJSON(w, http.StatusCreated, pullJSON(r, p))
@@ -382,7 +390,7 @@ func (g *GitHub) graphQL(w http.ResponseWriter, req *http.Request, inst int64, _
 	case strings.Contains(in.Query, "convertPullRequestToDraft"):
 		field, draft = "convertPullRequestToDraft", true
 	default:
-		g.t.Errorf("fake GitHub: unknown GraphQL query %q", in.Query)
+		g.errorf("fake GitHub: unknown GraphQL query %q", in.Query)
 		return writeJSON(w, http.StatusOK, map[string]any{"errors": []map[string]string{{"message": "unknown query in the fake"}}})
 	}
 	id, _ := in.Variables["id"].(string)
@@ -465,7 +473,7 @@ func (g *GitHub) serveGit(w http.ResponseWriter, req *http.Request, _ int64, m [
 	if backend == "" {
 		out, err := runGit(req.Context(), root, "--exec-path")
 		if err != nil {
-			g.t.Errorf("fake GitHub: find git http-backend: %v", err)
+			g.errorf("fake GitHub: find git http-backend: %v", err)
 			return writeJSON(w, http.StatusInternalServerError, nil)
 		}
 		backend = filepath.Join(out, "git-http-backend")
@@ -500,20 +508,19 @@ func (g *GitHub) serveGit(w http.ResponseWriter, req *http.Request, _ int64, m [
 // Branch returns the commit subjects of a branch of a git repository of the fake,
 // newest first, each as "SHA AUTHOR <EMAIL> SUBJECT"; nil when the branch does not
 // exist.
-func (g *GitHub) Branch(repo, branch string) []string {
-	g.t.Helper()
+func (g *GitHub) Branch(ctx context.Context, repo, branch string) ([]string, error) {
 	g.mu.Lock()
 	dir := g.repo(repo).gitDir
 	g.mu.Unlock()
 	if dir == "" {
-		g.t.Fatalf("testkit: %s is not a git repository of the fake (AddGitRepo)", repo)
+		return nil, fmt.Errorf("%s is not a git repository of the fake (AddGitRepo)", repo)
 	}
-	if _, err := runGit(g.t.Context(), dir, "rev-parse", "--verify", "-q", "refs/heads/"+branch); err != nil {
-		return nil
+	if _, err := runGit(ctx, dir, "rev-parse", "--verify", "-q", "refs/heads/"+branch); err != nil {
+		return nil, nil // no such branch: an answer, not a failure
 	}
-	out, err := runGit(g.t.Context(), dir, "log", "--format=%H %an <%ae> %s", "refs/heads/"+branch)
+	out, err := runGit(ctx, dir, "log", "--format=%H %an <%ae> %s", "refs/heads/"+branch)
 	if err != nil {
-		g.t.Fatalf("testkit: %v", err)
+		return nil, err
 	}
-	return strings.Split(out, "\n")
+	return strings.Split(out, "\n"), nil
 }
