@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/whilly-go/whilly/internal/bench"
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/sandbox"
 )
@@ -123,7 +124,7 @@ func TestBenchE2ESandbox(t *testing.T) {
 	dsn := testkit.DSN(t)
 	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn},
 		"e2e", "--sandbox", "--workers", "2", "--tasks", "20", "--worker-bin", bin, "--json")
-	var res SandboxResult
+	var res bench.SandboxResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -1,0 +1,444 @@
+// Package bench runs whilly's benchmarks against a real database and a real control plane
+// on a loopback port, and returns what it measured as result structs; the CLI
+// (`whilly bench …`) parses flags and renders. It owns the scratch plans, workers and
+// tables a benchmark makes and removes them afterwards.
+//
+// It builds no control plane itself: Setup.Serve does (the composition root's), so a
+// benchmark measures exactly what `whilly serve` runs. It must not import cli.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/migrations"
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// Server is a running control plane: Shutdown stops it in order.
+type Server interface {
+	Shutdown(ctx context.Context) error
+}
+
+// Setup is what every benchmark needs from the composition root.
+type Setup struct {
+	// Pool is the database's pool configuration; its tracer is replaced by the bench's.
+	Pool *pgxpool.Config
+	// PoolSize, when above 0, overrides Pool.MaxConns.
+	PoolSize int
+	// Connect opens the pool and checks that the database answers.
+	Connect func(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error)
+	Queue   queue.Config
+	Log     *slog.Logger
+	// Progress receives one line per phase ("bench: …"); nil discards them.
+	Progress io.Writer
+	// Serve starts a control plane on ln over the store and returns at once.
+	Serve func(ctx context.Context, st *queue.Store, ln net.Listener) (Server, error)
+}
+
+// tracer counts the queries of a pool. Queries made while serving an HTTP request
+// (their context carries http.ServerContextKey) are the API's; everything else is River,
+// the LISTEN connection or the benchmark itself.
+type tracer struct {
+	httpQueries atomic.Int64
+	httpNanos   atomic.Int64 // time spent in the API's queries, start to end
+	otherQ      atomic.Int64
+	lastHTTP    atomic.Int64 // unix nanoseconds of the end of the latest API query
+
+	// With byStatement on, the API's queries are summed per statement (--queries).
+	byStatement atomic.Bool
+	mu          sync.Mutex
+	statements  map[string]*Statement
+}
+
+// Statement is the API's time in the database for one SQL statement.
+type Statement struct {
+	SQL   string        `json:"sql"`
+	N     int           `json:"n"`
+	Total time.Duration `json:"total_ns"`
+}
+
+type traceStart struct {
+	at  time.Time
+	sql string
+}
+
+func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if ctx.Value(http.ServerContextKey) == nil {
+		t.otherQ.Add(1)
+		return ctx
+	}
+	t.httpQueries.Add(1)
+	return context.WithValue(ctx, traceStart{}, traceStart{at: time.Now(), sql: data.SQL})
+}
+
+func (t *tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	began, ok := ctx.Value(traceStart{}).(traceStart)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	d := now.Sub(began.at)
+	t.httpNanos.Add(int64(d))
+	t.lastHTTP.Store(now.UnixNano())
+	if !t.byStatement.Load() {
+		return
+	}
+	key := strings.Join(strings.Fields(began.sql), " ")
+	if len(key) > 90 {
+		key = key[:90] + "…"
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.statements == nil {
+		t.statements = map[string]*Statement{}
+	}
+	st := t.statements[key]
+	if st == nil {
+		st = &Statement{SQL: key}
+		t.statements[key] = st
+	}
+	st.N++
+	st.Total += d
+}
+
+// TraceBatchStart, TraceBatchQuery and TraceBatchEnd count pipelined statements too: a
+// batch is timed as a whole, under "batch of N", its statements only counted.
+func (t *tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	if ctx.Value(http.ServerContextKey) == nil {
+		return ctx
+	}
+	n := 0
+	if data.Batch != nil {
+		n = data.Batch.Len()
+	}
+	return context.WithValue(ctx, traceStart{}, traceStart{at: time.Now(), sql: fmt.Sprintf("batch of %d statements", n)})
+}
+
+func (t *tracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchQueryData) {
+	if ctx.Value(http.ServerContextKey) != nil {
+		t.httpQueries.Add(1)
+	}
+}
+
+func (t *tracer) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchEndData) {
+	t.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{})
+}
+
+// countingListener counts the connections it accepted.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// env is a control plane on loopback over a traced pool, and what must be removed
+// when the benchmark ends.
+type env struct {
+	s       Setup
+	log     *slog.Logger
+	pool    *pgxpool.Pool
+	store   *queue.Store
+	tracer  *tracer
+	ln      *countingListener
+	cp      Server
+	base    string
+	suffix  string // makes scratch names unique
+	plans   []string
+	workers []string
+	tables  []string
+}
+
+// progressf writes one progress line.
+func (s Setup) progressf(format string, args ...any) {
+	if s.Progress != nil {
+		_, _ = fmt.Fprintf(s.Progress, "bench: "+format+"\n", args...)
+	}
+}
+
+// open connects, brings the schema up to date and starts a control plane on a
+// loopback port.
+func open(ctx context.Context, s Setup) (*env, error) {
+	cfg := s.Pool.Copy()
+	tr := &tracer{}
+	cfg.ConnConfig.Tracer = tr
+	if s.PoolSize > 0 {
+		cfg.MaxConns = int32(min(s.PoolSize, 1000))
+	}
+	pool, err := s.Connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrations.Up(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("migrate the database: %w", err)
+	}
+	log := s.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
+	e := &env{s: s, log: log, pool: pool, store: queue.NewStore(pool, log, s.Queue), tracer: tr,
+		suffix: fmt.Sprintf("%s-%s", time.Now().UTC().Format("20060102t150405"), hex.EncodeToString(b[:]))}
+	var lc net.ListenConfig
+	raw, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("listen on a loopback port: %w", err)
+	}
+	e.ln = &countingListener{Listener: raw}
+	if e.cp, err = s.Serve(ctx, e.store, e.ln); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	e.base = "http://" + raw.Addr().String()
+	return e, nil
+}
+
+// close stops the control plane and removes the scratch plans, workers and tables.
+func (e *env) close(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := e.cp.Shutdown(ctx); err != nil {
+		e.log.WarnContext(ctx, "bench: control plane shutdown", "error", err)
+	}
+	for _, id := range e.workers {
+		if _, err := e.store.RevokeWorker(ctx, id); err != nil {
+			e.log.WarnContext(ctx, "bench: revoke scratch worker", "worker_id", id, "error", err)
+		}
+	}
+	for _, id := range e.plans {
+		if _, err := e.store.ResetPlan(ctx, id, queue.ResetOptions{Hard: true}); err != nil && !errors.Is(err, queue.ErrNotFound) {
+			e.log.WarnContext(ctx, "bench: delete scratch plan", "plan_id", id, "error", err)
+		}
+	}
+	for _, t := range e.tables {
+		if _, err := e.pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{t}.Sanitize()); err != nil {
+			e.log.WarnContext(ctx, "bench: drop scratch table", "table", t, "error", err)
+		}
+	}
+	e.pool.Close()
+}
+
+// scratchPlan creates an empty ACTIVE plan that close deletes.
+func (e *env) scratchPlan(ctx context.Context, kind string) (string, error) {
+	id := "bench-" + kind + "-" + e.suffix
+	if _, err := e.store.CreatePlan(ctx, id, "whilly bench "+kind+" (scratch, deleted afterwards)", nil); err != nil {
+		return "", fmt.Errorf("create scratch plan: %w", err)
+	}
+	e.plans = append(e.plans, id)
+	return id, nil
+}
+
+// tasks are n zero-work tasks; chained, each depends on the one before it.
+func tasks(n int, chained bool, labels []string) []plan.Task {
+	ts := make([]plan.Task, n)
+	for i := range ts {
+		ts[i] = plan.Task{
+			ID: fmt.Sprintf("B%06d", i+1), Priority: plan.PriorityMedium,
+			Description:        fmt.Sprintf("whilly bench task %d: no work at all", i+1),
+			AcceptanceCriteria: []string{"none"}, TestSteps: []string{"none"}, MaxAttempts: 1, Labels: labels,
+		}
+		if chained && i > 0 {
+			ts[i].Dependencies = []string{ts[i-1].ID}
+		}
+	}
+	return ts
+}
+
+// addTasks imports tasks into the scratch plan id; they are claimable when it returns.
+func (e *env) addTasks(ctx context.Context, id string, ts []plan.Task) error {
+	p := &plan.Plan{ID: id, Name: "whilly bench (scratch, deleted afterwards)", Tasks: ts}
+	if _, err := e.store.Import(ctx, p, queue.ImportOptions{}); err != nil {
+		return fmt.Errorf("import scratch tasks: %w", err)
+	}
+	return nil
+}
+
+// worker is a registered scratch worker.
+type worker struct {
+	id, token string
+	api       *client.Client
+}
+
+func (e *env) registerWorkers(ctx context.Context, n int, labels []string) ([]worker, error) {
+	out := make([]worker, 0, n)
+	for i := range n {
+		w, token, err := e.store.RegisterWorker(ctx, fmt.Sprintf("bench-%s-%d", e.suffix, i+1), labels)
+		if err != nil {
+			return nil, fmt.Errorf("register scratch worker: %w", err)
+		}
+		e.workers = append(e.workers, w.ID)
+		api, err := client.New(e.base, token, client.Options{UserAgent: "whilly-bench"})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, worker{id: w.ID, token: token, api: api})
+	}
+	return out, nil
+}
+
+// waitQuiet waits until no API query has run for quiet, at most limit: the workers'
+// claims have all reached their long-poll wait.
+func (e *env) waitQuiet(ctx context.Context, quiet, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Since(time.Unix(0, e.tracer.lastHTTP.Load())) < quiet && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// waitWaiting waits until n claims have been written to the control plane and no API
+// query has run for half a second since: every claim has reached its long-poll wait.
+func (e *env) waitWaiting(ctx context.Context, sent *atomic.Int64, n int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for sent.Load() < int64(n) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d claims reached the control plane in 30 s", sent.Load(), n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return e.waitQuiet(ctx, 500*time.Millisecond, 10*time.Second)
+}
+
+// percentile returns the nearest-rank percentile p (0 < p ≤ 1) of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// firstErr keeps the first error of concurrent goroutines.
+type firstErr struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstErr) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *firstErr) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// cpuMeter adds up the CPU time of this process and of the database's backends serving
+// it, from /proc (Linux; elsewhere it reads nothing and says so).
+type cpuMeter struct {
+	backends []int
+	self0    time.Duration
+	pg0      time.Duration
+	ok       bool
+}
+
+// procCPU returns the user+system CPU time of a process, read from /proc/PID/stat.
+func procCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	var user, sys int64
+	if _, err := fmt.Sscan(f[11], &user); err != nil {
+		return 0, false
+	}
+	if _, err := fmt.Sscan(f[12], &sys); err != nil {
+		return 0, false
+	}
+	const tick = 10 * time.Millisecond // USER_HZ is 100 on every Linux architecture whilly runs on
+	return time.Duration(user+sys) * tick, true
+}
+
+// startCPU notes the CPU time used so far by this process and by the database backends
+// connected to this database now (the pool's, the listener's, River's).
+func (e *env) startCPU(ctx context.Context) *cpuMeter {
+	m := &cpuMeter{}
+	rows, err := e.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err == nil {
+		m.backends, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	}
+	if err != nil {
+		return m
+	}
+	var ok bool
+	if m.self0, ok = procCPU(os.Getpid()); !ok {
+		return m
+	}
+	m.pg0 = m.pgCPU()
+	m.ok = true
+	return m
+}
+
+func (m *cpuMeter) pgCPU() time.Duration {
+	var sum time.Duration
+	for _, pid := range m.backends {
+		if d, ok := procCPU(pid); ok {
+			sum += d
+		}
+	}
+	return sum
+}
+
+// stop returns the CPU time used since start by this process and by the backends.
+func (m *cpuMeter) stop() (self, pg time.Duration, ok bool) {
+	if !m.ok {
+		return 0, 0, false
+	}
+	now, ok := procCPU(os.Getpid())
+	if !ok {
+		return 0, 0, false
+	}
+	return now - m.self0, m.pgCPU() - m.pg0, true
+}
