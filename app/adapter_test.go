@@ -223,7 +223,7 @@ func TestManifestFlowJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(b)
-	for _, want := range []string{`"url": "https://whilly.example.org/webhook"`, `"issues": "write"`, `"issue_comment"`, `"pull_request"`} {
+	for _, want := range []string{`"url": "https://whilly.example.org/webhook"`, `"https://whilly.example.org/auth/github/callback"`, `"issues": "write"`, `"issue_comment"`, `"pull_request"`} {
 		if !contains(s, want) {
 			t.Errorf("manifest JSON lacks %s:\n%s", want, s)
 		}

@@ -49,11 +49,18 @@ func (m Manifest) FlowJSON(publicURL string) ([]byte, error) {
 			events = append(events, e)
 		}
 	}
+	// "Sign in with GitHub" sends the browser back to the control plane, at a callback
+	// URL the App must list.
+	var callbacks []string
+	if publicURL != "" {
+		callbacks = []string{strings.TrimRight(publicURL, "/") + OAuthCallbackPath}
+	}
 	out := struct {
 		Manifest
-		Hook   map[string]any `json:"hook_attributes"`
-		Events []string       `json:"default_events"`
-	}{m, map[string]any{"url": hook, "active": m.HookActive}, events}
+		Hook      map[string]any `json:"hook_attributes"`
+		Events    []string       `json:"default_events"`
+		Callbacks []string       `json:"callback_urls,omitempty"`
+	}{m, map[string]any{"url": hook, "active": m.HookActive}, events, callbacks}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode the manifest: %w", err)

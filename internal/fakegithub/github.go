@@ -57,6 +57,7 @@ type GitHub struct {
 	gitRoot       string // bare repositories: <gitRoot>/<owner>/<name>.git
 	gitBackend    string // git-http-backend
 	flow          manifestFlow
+	oauth         fakeOAuth // github_oauth.go
 }
 
 // GitHubRequest is one request the fake answered.
@@ -192,7 +193,7 @@ func New(errorf func(format string, args ...any)) (*GitHub, error) {
 		rateUsed:      map[int64]int{},
 		tokenTTL:      time.Hour,
 	}
-	g.routes = g.routeTable()
+	g.routes = append(g.oauthRoutes(), g.routeTable()...)
 	g.Server = httptest.NewServer(http.HandlerFunc(g.serve))
 	return g, nil
 }

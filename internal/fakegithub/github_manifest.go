@@ -89,6 +89,7 @@ func (g *GitHub) convertManifest(w http.ResponseWriter, _ *http.Request, _ int64
 	if g.flow.secret == "" {
 		g.flow.secret = randomHex(20)
 	}
+	clientID, clientSecret := g.OAuthClient()
 	owner := "octo-operator"
 	if c := g.flow.created[len(g.flow.created)-1]; c.Org != "" {
 		owner = c.Org
@@ -98,6 +99,6 @@ func (g *GitHub) convertManifest(w http.ResponseWriter, _ *http.Request, _ int64
 		"owner":    map[string]any{"login": owner},
 		"html_url": g.Server.URL + "/apps/" + AppSlug,
 		"pem":      string(g.KeyPEM), "webhook_secret": g.flow.secret,
-		"client_id": "Iv1." + randomHex(8), "client_secret": randomHex(20),
+		"client_id": clientID, "client_secret": clientSecret,
 	})
 }
