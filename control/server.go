@@ -164,7 +164,9 @@ func (s *Server) routes() chi.Router {
 					r.Post("/release", s.release)
 					r.Post("/charge", s.charge)
 					r.Post("/events", s.taskEvent)
+					r.Post("/attempts/{n}/log", s.appendLog)
 				})
+				r.With(s.auth(roleReader)).Get("/attempts/{n}/log", s.readLog)
 				// Operator changes to one task (tasks.go): admin tokens only.
 				r.With(s.auth(roleAdmin)).Patch("/", s.editTask)
 				r.With(s.auth(roleAdmin)).Delete("/", s.removeTask)

@@ -38,6 +38,8 @@ type Notification struct {
 	PlanID string `json:"plan_id"`
 	TaskID string `json:"task_id"`
 	Type   string `json:"type"`
+	// Attempt is set on NotificationAttemptLog: the attempt whose log grew.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // Lowest returns the lowest event id the notification may cover: MinID when the trigger
@@ -89,6 +91,7 @@ type Listener struct {
 type subscriber struct {
 	ch     chan Notification
 	filter func(Notification) bool
+	logs   bool // also hand it NotificationAttemptLog (SubscribeLogs)
 }
 
 // NewListener returns a listener that opens its own connection with pool's configuration
@@ -208,6 +211,9 @@ func (l *Listener) dispatch(ctx context.Context, payload string) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for s := range l.subs {
+		if n.Type == NotificationAttemptLog && !s.logs {
+			continue // log lines wake only log followers
+		}
 		if s.filter == nil || s.filter(n) {
 			l.deliver(s, n)
 		}
@@ -238,7 +244,17 @@ func (l *Listener) deliver(s *subscriber, n Notification) {
 // which is harmless for callers that re-read the database on any wake-up. The channel is
 // never closed; cancel unsubscribes and may be called more than once.
 func (l *Listener) Subscribe(filter func(Notification) bool) (<-chan Notification, func()) {
-	s := &subscriber{ch: make(chan Notification, subscriberBuffer), filter: filter}
+	return l.subscribe(&subscriber{ch: make(chan Notification, subscriberBuffer), filter: filter})
+}
+
+// SubscribeLogs is Subscribe for a follower of attempt logs: it also receives the
+// NotificationAttemptLog notifications for which filter returns true, which Subscribe's
+// subscribers never see.
+func (l *Listener) SubscribeLogs(filter func(Notification) bool) (<-chan Notification, func()) {
+	return l.subscribe(&subscriber{ch: make(chan Notification, subscriberBuffer), filter: filter, logs: true})
+}
+
+func (l *Listener) subscribe(s *subscriber) (<-chan Notification, func()) {
 	l.mu.Lock()
 	l.subs[s] = struct{}{}
 	l.mu.Unlock()

@@ -589,3 +589,42 @@ func (c *Client) Me(ctx context.Context) (Worker, error) {
 	}
 	return out, nil
 }
+
+// AppendLog appends a chunk of the agent's log to attempt n of the task the lease holds.
+func (c *Client) AppendLog(ctx context.Context, planID, taskID string, n int, req LogChunkRequest) (LogChunkResponse, error) {
+	var out LogChunkResponse
+	_, err := c.call(ctx, c.opts.Timeout, http.MethodPost, pathOf("v1", "plans", planID, "tasks", taskID, "attempts", strconv.Itoa(n), "log"), nil, req, &out)
+	if err != nil {
+		return out, fmt.Errorf("append to the log of attempt %d of task %s of plan %s: %w", n, taskID, planID, err)
+	}
+	return out, nil
+}
+
+// LogQuery selects what AttemptLog reads.
+type LogQuery struct {
+	Attempt int           // 0 is the task's latest attempt
+	After   int64         // the offset to read from: NextOffset of the previous answer
+	Wait    time.Duration // when nothing follows After and the attempt runs, wait this long for more (at most 30 s)
+}
+
+// AttemptLog reads the log of an attempt from q.After on, long-polling up to q.Wait when
+// there is nothing new yet and the attempt still runs.
+func (c *Client) AttemptLog(ctx context.Context, planID, taskID string, q LogQuery) (AttemptLog, error) {
+	var out AttemptLog
+	n := "latest"
+	if q.Attempt > 0 {
+		n = strconv.Itoa(q.Attempt)
+	}
+	v := url.Values{}
+	if q.After > 0 {
+		v.Set("after", strconv.FormatInt(q.After, 10))
+	}
+	if q.Wait > 0 {
+		v.Set("wait", strconv.FormatFloat(q.Wait.Seconds(), 'f', -1, 64))
+	}
+	_, err := c.call(ctx, c.opts.Timeout+q.Wait, http.MethodGet, pathOf("v1", "plans", planID, "tasks", taskID, "attempts", n, "log"), v, nil, &out)
+	if err != nil {
+		return out, fmt.Errorf("read the log of task %s of plan %s: %w", taskID, planID, err)
+	}
+	return out, nil
+}

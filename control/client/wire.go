@@ -446,3 +446,40 @@ type TaskResetResponse struct {
 	Reset []string `json:"reset"`
 	Plan  Plan     `json:"plan"`
 }
+
+// MaxLogChunk bounds the text of one LogChunkRequest, in bytes.
+const MaxLogChunk = 64 << 10
+
+// LogChunkRequest appends a chunk of the agent's log (redacted by the worker) to the
+// attempt the lease holds: POST /v1/plans/{plan}/tasks/{task}/attempts/{n}/log.
+type LogChunkRequest struct {
+	LeaseID string `json:"lease_id"`
+	// Offset is where Text begins in the log as this worker produced it, in bytes: bytes
+	// it dropped (the agent wrote faster than it uploads) leave a gap. A chunk sent again
+	// with the same offset is answered without being stored twice.
+	Offset int64  `json:"offset"`
+	Text   string `json:"text"`
+}
+
+// LogChunkResponse is where the log stands after a chunk.
+type LogChunkResponse struct {
+	NextOffset int64 `json:"next_offset"`
+	Duplicate  bool  `json:"duplicate,omitempty"`
+}
+
+// AttemptLog is what is kept of an attempt's log (its last 1 MiB) from an offset on:
+// GET /v1/plans/{plan}/tasks/{task}/attempts/{n}/log?after=OFFSET&wait=SECONDS.
+type AttemptLog struct {
+	PlanID  string `json:"plan_id"`
+	TaskID  string `json:"task_id"`
+	Attempt int    `json:"attempt"`
+	// Offset is where Text begins: the offset asked for, or later when the bytes there
+	// are no longer kept. NextOffset follows the last byte: pass it as after to follow.
+	Offset     int64  `json:"offset"`
+	NextOffset int64  `json:"next_offset"`
+	Text       string `json:"text"`
+	// Running says the attempt still holds its lease: more may come.
+	Running    bool        `json:"running"`
+	TaskStatus plan.Status `json:"task_status"`
+	UpdatedAt  *time.Time  `json:"updated_at,omitempty"`
+}

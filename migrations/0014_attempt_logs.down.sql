@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS attempt_log_chunks;
+DROP TABLE IF EXISTS attempt_logs;

@@ -1,0 +1,214 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/whilly-go/whilly/plan"
+)
+
+// MaxAttemptLogBytes is how much of an attempt's log is kept: its last 1 MiB. Every append
+// trims what fell out of that window in the same statement.
+const MaxAttemptLogBytes = 1 << 20
+
+// MaxLogChunkBytes bounds one appended chunk.
+const MaxLogChunkBytes = 256 << 10
+
+// NotificationAttemptLog is the Type of the notification an append sends on EventsChannel
+// (it writes no event). The listener hands it only to subscribers that asked for it
+// (SubscribeLogs), so event streams and claims never wake for a log line.
+const NotificationAttemptLog = "attempt.log"
+
+// LogAppend is one chunk of an attempt's log, sent by the worker that holds the lease.
+type LogAppend struct {
+	Attempt int
+	// Offset is where Data begins in the log as this lease's worker produced it (bytes it
+	// dropped count: the stored log then has a gap). A chunk already stored (a retried
+	// request) is answered again without writing.
+	Offset int64
+	Data   []byte
+}
+
+// LogAppended says where the log stands after an append.
+type LogAppended struct {
+	// Next is the offset, in the worker's counting, the next chunk must start at or after.
+	Next int64
+	// Duplicate says the chunk was already stored: nothing was written.
+	Duplicate bool
+}
+
+// AppendAttemptLog appends a chunk to the log of attempt a.Attempt of the task l holds:
+// l must be the task's current, live lease and a.Attempt its current attempt, else
+// ErrLeaseLost (another worker's lease, or an attempt that has ended) or ErrInvalid. A
+// chunk that overlaps what is stored without being a repeat of it is ErrConflict. The
+// append, the trim to the last MaxAttemptLogBytes and the notification that wakes
+// followers are one statement, after the task's row is locked.
+func (s *Store) AppendAttemptLog(ctx context.Context, l Lease, a LogAppend) (LogAppended, error) {
+	switch {
+	case a.Attempt < 1:
+		return LogAppended{}, fmt.Errorf("attempt %d is not an attempt number: %w", a.Attempt, ErrInvalid)
+	case a.Offset < 0:
+		return LogAppended{}, fmt.Errorf("offset %d is negative: %w", a.Offset, ErrInvalid)
+	case len(a.Data) > MaxLogChunkBytes:
+		return LogAppended{}, fmt.Errorf("a log chunk of %d bytes is more than %d: %w", len(a.Data), MaxLogChunkBytes, ErrInvalid)
+	}
+	var out LogAppended
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		t, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress)
+		if err != nil {
+			return err
+		}
+		if t.Attempts != a.Attempt {
+			return fmt.Errorf("lease %s holds attempt %d of task %s, not attempt %d: %w", l.LeaseID, t.Attempts, l.TaskID, a.Attempt, ErrLeaseLost)
+		}
+		var (
+			leaseID    string
+			base, size int64
+		)
+		err = tx.QueryRow(ctx, `SELECT lease_id::text, base, size FROM attempt_logs
+			WHERE plan_id = $1 AND task_id = $2 AND attempt = $3`, l.PlanID, l.TaskID, a.Attempt).Scan(&leaseID, &base, &size)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("read the log of attempt %d of task %s: %w", a.Attempt, l.TaskID, err)
+		case leaseID != l.LeaseID:
+			// The same attempt number under a new lease: a released attempt claimed again,
+			// or a task reset. Its log starts afresh where the old one ended.
+			if _, err := tx.Exec(ctx, `DELETE FROM attempt_log_chunks WHERE plan_id = $1 AND task_id = $2 AND attempt = $3`,
+				l.PlanID, l.TaskID, a.Attempt); err != nil {
+				return fmt.Errorf("restart the log of attempt %d of task %s: %w", a.Attempt, l.TaskID, err)
+			}
+			base = size
+		}
+		at := base + a.Offset
+		end := at + int64(len(a.Data))
+		switch {
+		case end <= size && leaseID == l.LeaseID:
+			out = LogAppended{Next: size - base, Duplicate: true}
+			return nil
+		case at < size:
+			return fmt.Errorf("a log chunk at offset %d overlaps what is stored up to %d: %w", a.Offset, size-base, ErrConflict)
+		}
+		cut := max(end-MaxAttemptLogBytes, 0)
+		_, err = tx.Exec(ctx, `WITH h AS (
+				INSERT INTO attempt_logs (plan_id, task_id, attempt, lease_id, base, size) VALUES ($1, $2, $3, $4, $5, $6)
+				ON CONFLICT (plan_id, task_id, attempt) DO UPDATE
+				SET lease_id = EXCLUDED.lease_id, base = EXCLUDED.base, size = EXCLUDED.size, updated_at = now()
+			), c AS (
+				INSERT INTO attempt_log_chunks (plan_id, task_id, attempt, pos, data)
+				SELECT $1::text, $2::text, $3::int, $7::bigint, $8::bytea WHERE length($8::bytea) > 0
+			), gone AS (
+				DELETE FROM attempt_log_chunks
+				WHERE plan_id = $1 AND task_id = $2 AND attempt = $3 AND pos + length(data) <= $9
+			), cut AS (
+				UPDATE attempt_log_chunks SET data = substring(data from ($9 - pos + 1)::int), pos = $9
+				WHERE plan_id = $1 AND task_id = $2 AND attempt = $3 AND pos < $9 AND pos + length(data) > $9
+			)
+			SELECT pg_notify($10, json_build_object('type', $11::text, 'plan_id', $1::text, 'task_id', $2::text, 'attempt', $3::int)::text)`,
+			l.PlanID, l.TaskID, a.Attempt, l.LeaseID, base, end, at, a.Data, cut, EventsChannel, NotificationAttemptLog)
+		if err != nil {
+			return fmt.Errorf("append to the log of attempt %d of task %s: %w", a.Attempt, l.TaskID, err)
+		}
+		out = LogAppended{Next: end - base}
+		return nil
+	})
+	return out, err
+}
+
+// AttemptLog is what is kept of an attempt's log from some offset on.
+type AttemptLog struct {
+	PlanID  string
+	TaskID  string
+	Attempt int
+	// Offset is where Data begins: the offset asked for, or later when the bytes there
+	// are no longer kept (trimmed to the last MaxAttemptLogBytes, or never uploaded).
+	Offset int64
+	Data   []byte
+	// Size is the offset after the last byte: ask for what follows with it.
+	Size int64
+	// Running says the attempt still holds its lease: more may come.
+	Running bool
+	// Status is the task's status now.
+	Status    plan.Status
+	UpdatedAt *time.Time
+}
+
+// ReadAttemptLog returns the log of attempt n of a task from offset after on. Attempt 0
+// means the task's latest attempt. A task that does not exist, or has no attempt n, is
+// ErrNotFound; callers check the plan's scope first.
+func (s *Store) ReadAttemptLog(ctx context.Context, planID, taskID string, n int, after int64) (AttemptLog, error) {
+	if n < 0 || after < 0 {
+		return AttemptLog{}, fmt.Errorf("attempt %d from offset %d: %w", n, after, ErrInvalid)
+	}
+	out := AttemptLog{PlanID: planID, TaskID: taskID, Attempt: n}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var (
+			attempts int
+			live     bool
+			size     *int64
+		)
+		err := tx.QueryRow(ctx, `SELECT t.status, t.attempts,
+				t.status IN ('CLAIMED', 'IN_PROGRESS') AND coalesce(t.lease_expires_at > now(), false)
+				  AND t.attempts = CASE WHEN $3 = 0 THEN t.attempts ELSE $3 END,
+				l.size, l.updated_at
+			FROM tasks t LEFT JOIN attempt_logs l
+			  ON l.plan_id = t.plan_id AND l.task_id = t.id AND l.attempt = CASE WHEN $3 = 0 THEN t.attempts ELSE $3 END
+			WHERE t.plan_id = $1 AND t.id = $2`, planID, taskID, n).
+			Scan(&out.Status, &attempts, &live, &size, &out.UpdatedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("task %s of plan %s: %w", taskID, planID, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("read task %s of plan %s: %w", taskID, planID, err)
+		}
+		if out.Attempt == 0 {
+			out.Attempt = attempts
+		}
+		if out.Attempt == 0 || (out.Attempt > attempts && size == nil) {
+			return fmt.Errorf("task %s of plan %s has no attempt %d (it has run %d): %w", taskID, planID, max(out.Attempt, 1), attempts, ErrNotFound)
+		}
+		out.Running = live
+		out.Offset, out.Size = after, after
+		if size == nil {
+			out.Offset, out.Size = 0, 0
+			return nil
+		}
+		out.Size = *size
+		if after >= out.Size {
+			out.Offset = out.Size
+			return nil
+		}
+		rows, err := tx.Query(ctx, `SELECT pos, data FROM attempt_log_chunks
+			WHERE plan_id = $1 AND task_id = $2 AND attempt = $3 AND pos + length(data) > $4 ORDER BY pos`,
+			planID, taskID, out.Attempt, after)
+		if err != nil {
+			return fmt.Errorf("read the log of attempt %d of task %s: %w", out.Attempt, taskID, err)
+		}
+		first := true
+		var (
+			pos  int64
+			data []byte
+		)
+		_, err = pgx.ForEachRow(rows, []any{&pos, &data}, func() error {
+			if first {
+				first = false
+				out.Offset = max(pos, after)
+				data = data[out.Offset-pos:]
+			}
+			out.Data = append(out.Data, data...)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("read the log of attempt %d of task %s: %w", out.Attempt, taskID, err)
+		}
+		if first {
+			out.Offset = out.Size // nothing kept after the offset
+		}
+		return nil
+	})
+	return out, err
+}
