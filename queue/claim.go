@@ -17,9 +17,9 @@ import (
 // events, in one statement: one task for each worker of $3 that is not revoked (a
 // control plane may still trust a revoked worker's token from its cache), in the order of
 // that array (n is the position of the worker a task went to). It walks an index in claim
-// order — priority, plan age, file order (tasks_claim_any; tasks_claim_plan with the plan
-// fixed) — and stops once it has enough tasks that pass the checks, so its cost does not
-// grow with the backlog. SKIP LOCKED lets concurrent claimers pass over each other's
+// order — priority, fair-share round, plan age, file order (tasks_claim_fair, see
+// fairShareSQL; tasks_claim_plan with the plan fixed) — and stops once it has enough
+// tasks that pass the checks, so its cost does not grow with the backlog. SKIP LOCKED lets concurrent claimers pass over each other's
 // candidates instead of queueing behind them; the dependency check runs in the same
 // snapshot. Each row holds the task, n and the task's plan.
 const (
@@ -78,12 +78,16 @@ FROM (SELECT ` + taskColumns + `, n FROM claimed) c JOIN plans p ON p.id = c.pla
 const handoffWorkers = `EXISTS (SELECT 1 FROM tasks x WHERE x.plan_id = $7 AND x.id = ($8::text[])[w.n]
 	AND x.claimed_by = w.id AND x.status = 'DONE' AND x.xmin::text::bigint = txid_current() % 4294967296)`
 
+// claimOrderAny is the claim order across plans: within a priority, plans take turns
+// by round (fair share, migration 0019).
+const claimOrderAny = `t.priority_rank, t.share_round, t.plan_seq, t.ord`
+
 var (
 	claimScope          = scopeMatchSQL("$6")
 	claimPlanSQL        = fmt.Sprintf(claimCand, `true`, `t.plan_id = $1`, claimScope, `t.priority_rank, t.ord`)
-	claimAnySQL         = fmt.Sprintf(claimCand, `true`, `$1 = ''`, claimScope, `t.priority_rank, t.plan_seq, t.ord`)
+	claimAnySQL         = fmt.Sprintf(claimCand, `true`, `$1 = ''`, claimScope, claimOrderAny)
 	handoffClaimPlanSQL = fmt.Sprintf(claimCand, handoffWorkers, `t.plan_id = $1`, claimScope, `t.priority_rank, t.ord`)
-	handoffClaimAnySQL  = fmt.Sprintf(claimCand, handoffWorkers, `$1 = ''`, claimScope, `t.priority_rank, t.plan_seq, t.ord`)
+	handoffClaimAnySQL  = fmt.Sprintf(claimCand, handoffWorkers, `$1 = ''`, claimScope, claimOrderAny)
 )
 
 // Claim leases the next claimable task to the worker, writing CLAIM in the same

@@ -204,9 +204,10 @@ func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) 
 	if err := tx.QueryRow(ctx, `SELECT coalesce(max(ord) + 1, 0) FROM tasks WHERE plan_id = $1`, p.ID).Scan(&base); err != nil {
 		return res, fmt.Errorf("import plan %s: read task order: %w", p.ID, err)
 	}
+	steps := map[int]int{} // fair share: a plan's tasks of one priority take one round each, across batches
 	for start := 0; start < len(p.Tasks); start += importBatch {
 		end := min(start+importBatch, len(p.Tasks))
-		n, err := insertTasks(ctx, tx, p.ID, base+start, p.Tasks[start:end], opts.By)
+		n, err := insertTasks(ctx, tx, p.ID, base+start, p.Tasks[start:end], steps, opts.By)
 		if err != nil {
 			return res, fmt.Errorf("import plan %s: %w", p.ID, err)
 		}
@@ -335,6 +336,10 @@ type taskRow struct {
 	MaxAttempts        int           `json:"max_attempts"`
 	GateVerdict        plan.Decision `json:"gate_verdict"`
 	GateReasons        []plan.Reason `json:"gate_reasons"`
+	// Rank and Step place the task in the fair-share order (fairShareSQL): its
+	// priority's rank, and how many tasks of that priority come before it in the batch.
+	Rank int `json:"rank"`
+	Step int `json:"step"`
 }
 
 func nonNil(s []string) []string {
@@ -345,17 +350,20 @@ func nonNil(s []string) []string {
 }
 
 // insertTasks inserts a batch of normalised tasks with one statement; existing (plan_id, id) rows are kept.
-// Each inserted row gets its task.created event in the same statement.
-func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks []plan.Task, by string) (int, error) {
+// Each inserted row gets its task.created event in the same statement. steps counts, by
+// priority rank, the tasks of the import placed in the fair-share order so far.
+func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks []plan.Task, steps map[int]int, by string) (int, error) {
 	rows := make([]taskRow, len(tasks))
 	for i, t := range tasks {
 		v := plan.Gate(t)
+		rank := t.Priority.Rank()
 		rows[i] = taskRow{
 			ID: t.ID, Ord: ord + i, Status: t.Status, Priority: t.Priority, Description: t.Description,
 			Dependencies: t.Dependencies, KeyFiles: t.KeyFiles, AcceptanceCriteria: t.AcceptanceCriteria,
 			TestSteps: t.TestSteps, PRDRequirement: t.PRDRequirement, Labels: t.Labels, MaxAttempts: t.MaxAttempts,
-			GateVerdict: v.Decision, GateReasons: v.Reasons,
+			GateVerdict: v.Decision, GateReasons: v.Reasons, Rank: rank, Step: steps[rank],
 		}
+		steps[rank]++
 		if rows[i].GateReasons == nil {
 			rows[i].GateReasons = []plan.Reason{}
 		}
@@ -366,17 +374,19 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 	}
 	var n int
 	err = tx.QueryRow(ctx, `
-		WITH ins AS (
+		WITH `+fairShareSQL+`, ins AS (
 			INSERT INTO tasks (plan_id, id, ord, status, priority, description, dependencies, key_files,
 			                   acceptance_criteria, test_steps, prd_requirement, labels, max_attempts,
-			                   gate_verdict, gate_reasons, plan_seq)
+			                   gate_verdict, gate_reasons, plan_seq, share_round)
 			SELECT $1, r.id, r.ord, r.status, r.priority, r.description, r.dependencies, r.key_files,
 			       r.acceptance_criteria, r.test_steps, r.prd_requirement, r.labels, r.max_attempts,
-			       r.gate_verdict, r.gate_reasons, (SELECT seq FROM plans WHERE id = $1)
+			       r.gate_verdict, r.gate_reasons, (SELECT seq FROM plans WHERE id = $1),
+			       b.round + (SELECT stride FROM share_stride) * r.step
 			FROM jsonb_to_recordset($2::jsonb) AS r(
 				id text, ord int, status text, priority text, description text, dependencies text[],
 				key_files text[], acceptance_criteria text[], test_steps text[], prd_requirement text,
-				labels text[], max_attempts int, gate_verdict text, gate_reasons jsonb)
+				labels text[], max_attempts int, gate_verdict text, gate_reasons jsonb, rank smallint, step bigint)
+			JOIN share_base b ON b.rank = r.rank
 			ORDER BY r.ord
 			ON CONFLICT (plan_id, id) DO NOTHING
 			RETURNING id, ord, status, priority, gate_verdict
@@ -393,6 +403,28 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 	}
 	return n, nil
 }
+
+// fairShareSQL places the tasks of plan $1 (rows $2, with rank and step) in the claim
+// order (migration 0019): share_base is, for each priority in the batch, the round of the
+// first task a claim of that priority would take now (plan ACTIVE, retry time passed,
+// dependencies finished; labels and scopes aside), 0 when there is none — found by
+// walking tasks_claim_fair like a claim, so it costs what a claim costs; share_stride is
+// the number of live plans of $1's installation (plans without one are one group).
+const fairShareSQL = `share_base AS (
+		SELECT k.rank, coalesce((
+			SELECT t.share_round FROM tasks t
+			WHERE t.status = 'PENDING' AND t.priority_rank = k.rank
+			  AND (t.not_before IS NULL OR t.not_before <= now())
+			  AND EXISTS (SELECT 1 FROM plans pl WHERE pl.id = t.plan_id AND pl.status = 'ACTIVE')
+			  AND ` + depsFinished + `
+			ORDER BY t.share_round, t.plan_seq, t.ord
+			LIMIT 1), 0) AS round
+		FROM (SELECT DISTINCT (e->>'rank')::smallint AS rank FROM jsonb_array_elements($2::jsonb) AS e) k
+	), share_stride AS (
+		SELECT greatest(count(*), 1) AS stride FROM plans o
+		WHERE o.status IN ('ACTIVE', 'PAUSED')
+		  AND o.installation_id IS NOT DISTINCT FROM (SELECT installation_id FROM plans WHERE id = $1)
+	)`
 
 type verifyRow struct {
 	Name     string `json:"name"`

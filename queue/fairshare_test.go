@@ -1,0 +1,121 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// importFor imports p as the plan of a GitHub installation (0: a plan without GitHub).
+func importFor(t testing.TB, st *queue.Store, p *plan.Plan, installation int64) {
+	t.Helper()
+	opts := queue.ImportOptions{}
+	if installation != 0 {
+		p.Repo = fmt.Sprintf("owner%d/repo", installation)
+		opts.GitHubIssueRef, opts.InstallationID = fmt.Sprintf("%s#%s", p.Repo, p.ID), installation
+	}
+	if _, err := st.Import(context.Background(), p, opts); err != nil {
+		t.Fatalf("import %s: %v", p.ID, err)
+	}
+}
+
+// claimAny claims n tasks one after the other, from any plan, and returns their plans.
+func claimAny(t *testing.T, st *queue.Store, w queue.Worker, n int) []string {
+	t.Helper()
+	var plans []string
+	for range n {
+		c, err := st.Claim(context.Background(), queue.ClaimRequest{WorkerID: w.ID, Labels: w.Labels})
+		if err != nil || c == nil {
+			t.Fatalf("claim %d = %v, %v; want a task", len(plans)+1, c, err)
+		}
+		plans = append(plans, c.Task.PlanID)
+	}
+	return plans
+}
+
+// One installation's 1,000-task plan must not hold another's one-task plan behind it
+// (issue 15): the small plan's task is claimed within one round of claims (one claim per
+// plan with work), whether it arrives before the big plan is touched or halfway through.
+// Plans without GitHub count as one installation and take turns the same way.
+func TestFairShareServesAOneTaskPlanWithinOneRound(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name           string
+		big, small     int64 // installations; 0: no GitHub
+		claimedBefore  int   // tasks of the big plan claimed before the small plan arrives
+		wantWithinNext int
+	}{
+		{name: "two installations", big: 1, small: 2, wantWithinNext: 2},
+		{name: "two installations, big plan under way", big: 1, small: 2, claimedBefore: 300, wantWithinNext: 2},
+		{name: "two plans without GitHub", wantWithinNext: 2},
+		{name: "two plans without GitHub, big plan under way", claimedBefore: 300, wantWithinNext: 2},
+		{name: "two plans of one installation", big: 7, small: 7, claimedBefore: 10, wantWithinNext: 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st, _ := newStore(t)
+			w := register(t, st)
+			importFor(t, st, widePlan("big", 1000), tc.big)
+			if tc.claimedBefore > 0 {
+				claimAny(t, st, w, tc.claimedBefore)
+			}
+			importFor(t, st, widePlan("small", 1), tc.small)
+			got := claimAny(t, st, w, tc.wantWithinNext)
+			found := false
+			for _, p := range got {
+				found = found || p == "small"
+			}
+			if !found {
+				t.Fatalf("the next %d claims went to %v; want the one-task plan among them", tc.wantWithinNext, got)
+			}
+		})
+	}
+}
+
+// Priority still comes first: a critical task of a plan created last is claimed before
+// the medium tasks of every other plan, and fair share orders only within a priority.
+func TestFairShareKeepsPriorityFirst(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	w := register(t, st)
+	importFor(t, st, widePlan("a", 50), 1)
+	importFor(t, st, widePlan("b", 50), 2)
+	urgent := widePlan("urgent", 3)
+	for i := range urgent.Tasks {
+		urgent.Tasks[i].Priority = plan.PriorityCritical
+	}
+	importFor(t, st, urgent, 3)
+	got := claimAny(t, st, w, 5)
+	want := []string{"urgent", "urgent", "urgent", "a", "b"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claims went to %v, want %v", got, want)
+	}
+}
+
+// An installation with several live plans steps each new plan by its number of live
+// plans, so that it does not get a whole share per plan: with three plans of
+// installation 1 and one of installation 2, installation 2 gets 6 of every 17 claims
+// (a share per plan would give it 1 of 4).
+func TestFairShareWeighsAnInstallationsPlans(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	w := register(t, st)
+	importFor(t, st, widePlan("other", 100), 2)
+	for i := range 3 {
+		importFor(t, st, widePlan(fmt.Sprintf("busy%d", i), 100), 1)
+	}
+	got := claimAny(t, st, w, 68)
+	n := 0
+	for _, p := range got {
+		if p == "other" {
+			n++
+		}
+	}
+	if n != 24 {
+		t.Fatalf("installation 2 got %d of the first 68 claims, want 24 (6 of every 17): %v", n, got)
+	}
+}
