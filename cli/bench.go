@@ -7,13 +7,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/internal/bench"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
 )
@@ -45,10 +48,44 @@ func (a *app) benchSetup(ctx context.Context, poolSize int) (bench.Setup, error)
 	return bench.Setup{
 		Pool: cfg, PoolSize: poolSize, Queue: qcfg, Log: a.log, Progress: a.io.Err,
 		Connect: func(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) { return a.openPool(ctx, cfg) },
-		Serve: func(ctx context.Context, st *queue.Store, ln net.Listener) (bench.Server, error) {
-			return a.startControlPlane(ctx, st, ln)
+		Serve: func(ctx context.Context, st *queue.Store, ln net.Listener, o bench.ServeOptions) (bench.Server, error) {
+			return a.benchServeApp(o).startControlPlane(ctx, st, ln)
 		},
 	}, nil
+}
+
+// benchServeApp is this app with the configuration o asks for on top of the
+// environment: the GitHub App of the bench's fake GitHub (every other WHILLY_GITHUB_*
+// variable of the environment is ignored then) and TRIZ with the sim agent. The control
+// plane is then built by the very code `whilly serve` runs.
+func (a *app) benchServeApp(o bench.ServeOptions) *app {
+	if o.GitHub == nil && !o.TRIZ {
+		return a
+	}
+	over := map[string]string{}
+	if g := o.GitHub; g != nil {
+		over[string(config.GitHubAppID)] = strconv.FormatInt(g.AppID, 10)
+		over[string(config.GitHubPrivateKey)] = g.PrivateKeyPEM
+		over[string(config.GitHubWebhookSecret)] = g.WebhookSecret
+		over[string(config.GitHubAPIURL)] = g.APIURL
+		over[string(config.Planner)] = ""
+	}
+	if o.TRIZ {
+		over[string(config.TrizEnabled)] = "1"
+		over[string(config.TrizAgent)] = agent.NameSim
+	}
+	getenv := a.io.Getenv
+	stdio := a.io
+	stdio.Getenv = func(k string) string {
+		if v, ok := over[k]; ok {
+			return v
+		}
+		if o.GitHub != nil && strings.HasPrefix(k, "WHILLY_GITHUB_") {
+			return ""
+		}
+		return getenv(k)
+	}
+	return &app{io: stdio, cfg: config.New(stdio.Getenv), log: a.log}
 }
 
 // benchClaimsFlags are the claims benchmark's options and how to print them.
@@ -67,6 +104,12 @@ func (a *app) benchClaims() *cobra.Command {
 		Short: "HTTP claim+complete throughput against a raw SKIP LOCKED loop, ready→claimed latency, idle cost",
 		Long: `Runs a control plane on a loopback port and, against the same database, in one run:
 
+  serve     by default the control plane is the one 'whilly serve' runs with the GitHub
+            App and TRIZ on, built by the same code: the App talks to a fake GitHub in
+            this process (one installation), each scratch plan is the plan of an issue
+            there, so every claim and completion runs the store's hooks (the mirror's
+            PlanChanged, TRIZ's TaskFailed) and the mirror writes labels and the status
+            comment to the fake. --no-hooks measures the bare control plane instead.
   raw       N connections run the baseline loop on a scratch table: one statement claims
             (UPDATE … WHERE id = (SELECT … FOR UPDATE SKIP LOCKED LIMIT 1)), one completes
             (UPDATE … SET status = 'DONE'); raw_per_s counts tasks claimed and completed.
@@ -74,11 +117,16 @@ func (a *app) benchClaims() *cobra.Command {
             of the two, so that load coming or going on the machine meanwhile weighs on
             both sides of the ratio. The claim statement alone is measured too, on a
             table of its own.
+  river     M no-op jobs are inserted into a queue of their own, then a River client
+            with the fetch settings of River's own benchmark (FetchCooldown 2 ms,
+            FetchPollInterval 20 ms, 2,000 workers) works them: river_per_s, from the
+            client's start to the last completion.
   http      N workers (control/client, a connection each) claim and complete M zero-work
             tasks of a scratch plan through the API: claims_per_s. Like whilly-worker,
             each COMPLETE asks for the worker's next task (claim_next), so a task costs
-            one request once a worker is under way. ratio = claims_per_s / raw_per_s,
-            the same unit of work (a task handed out, then finished).
+            one request once a worker is under way. ratio_raw (also printed as ratio) =
+            claims_per_s / raw_per_s, the same unit of work (a task handed out, then
+            finished); ratio_river = claims_per_s / river_per_s.
   latency   a scratch plan whose tasks form a chain (each depends on the one before) while
             the N workers wait in long-poll: a task becomes claimable when the COMPLETE of
             its predecessor commits. ready→claimed runs from the moment the completing
@@ -123,6 +171,7 @@ machine moves every figure: compare figures of one run.`,
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the http phase to this file")
 	f.BoolVar(&o.Queries, "queries", false, "also print the http phase's time in the database per SQL statement")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
+	f.BoolVar(&o.NoHooks, "no-hooks", false, "measure the bare control plane (no GitHub App, no TRIZ, no store hook) instead of the serve configuration")
 	return cmd
 }
 
@@ -143,8 +192,10 @@ func (a *app) runBenchClaims(ctx context.Context, o benchClaimsFlags) error {
 	tw.row("raw claim", fmt.Sprint(o.Tasks), fmt.Sprintf("%.0f/s", res.RawClaimPerS), "one UPDATE … (SELECT … FOR UPDATE SKIP LOCKED LIMIT 1) per task")
 	tw.row("raw claim+complete", fmt.Sprint(o.Tasks), fmt.Sprintf("%.0f/s", res.RawPerS),
 		fmt.Sprintf("the claim statement, then one UPDATE … SET status = 'DONE'; %.0f/s before the http phase, %.0f/s after", res.RawBeforePerS, res.RawAfterPerS))
+	tw.row("river no-op jobs", fmt.Sprint(o.Tasks), fmt.Sprintf("%.0f/s", res.RiverPerS), "River v0.51 works jobs inserted beforehand; FetchCooldown 2 ms, FetchPollInterval 20 ms, 2,000 workers")
 	tw.row("http claim+complete", fmt.Sprint(o.Tasks), fmt.Sprintf("%.0f/s", res.ClaimsPerS),
-		fmt.Sprintf("ratio %.2f; %.1f queries and %.2f ms in the database per task", res.Ratio, res.QueriesPerTask, res.DBMsPerTask))
+		fmt.Sprintf("%s; ratio_raw %.2f, ratio_river %.2f; %.1f queries and %.2f ms in the database per task",
+			benchConfigName(res.Hooks), res.RatioRaw, res.RatioRiver, res.QueriesPerTask, res.DBMsPerTask))
 	tw.row("ready→claimed", fmt.Sprint(o.Chain), fmt.Sprintf("p50 %.2f ms", res.ReadyP50Ms),
 		fmt.Sprintf("p90 %.2f ms, p99 %.2f ms, max %.2f ms; from the COMPLETE request: p50 %.2f ms, p99 %.2f ms",
 			res.ReadyP90Ms, res.ReadyP99Ms, res.ReadyMaxMs, res.ReadyFromSentP50, res.ReadyFromSentP99))
@@ -168,10 +219,21 @@ func (a *app) runBenchClaims(ctx context.Context, o benchClaimsFlags) error {
 	if o.Queries {
 		a.printStatements(res.Statements, o.Tasks)
 	}
+	if res.Hooks {
+		a.printf("fake GitHub: %d requests, %d writes, %d it does not serve\n", res.GitHubRequests, res.GitHubWrites, res.GitHubProblems)
+	}
 	a.printf("%d workers, pool of %d connections\n", o.Workers, res.PoolConns)
-	a.printf("claims_per_s=%.0f raw_per_s=%.0f ratio=%.2f ready_to_claim_p50_ms=%.2f p99_ms=%.2f idle_queries_per_worker_s=%.2f\n",
-		res.ClaimsPerS, res.RawPerS, res.Ratio, res.ReadyP50Ms, res.ReadyP99Ms, res.IdlePerWorkerS)
+	a.printf("claims_per_s=%.0f raw_per_s=%.0f ratio=%.2f ready_to_claim_p50_ms=%.2f p99_ms=%.2f idle_queries_per_worker_s=%.2f river_per_s=%.0f ratio_raw=%.2f ratio_river=%.2f hooks=%t\n",
+		res.ClaimsPerS, res.RawPerS, res.Ratio, res.ReadyP50Ms, res.ReadyP99Ms, res.IdlePerWorkerS, res.RiverPerS, res.RatioRaw, res.RatioRiver, res.Hooks)
 	return nil
+}
+
+// benchConfigName says which control plane the http phase measured.
+func benchConfigName(hooks bool) string {
+	if hooks {
+		return "serve configuration (GitHub App and TRIZ hooks)"
+	}
+	return "bare control plane (--no-hooks)"
 }
 
 // printStatements prints the http phase's queries by total time, per task.

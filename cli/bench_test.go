@@ -55,8 +55,12 @@ func assertNoScratch(t *testing.T, dsn string) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM workers WHERE status <> 'revoked'`).Scan(&workers); err != nil {
 		t.Fatal(err)
 	}
-	if plans+tables+workers != 0 {
-		t.Errorf("the benchmark left %d scratch plans, %d tables and %d live workers behind", plans, tables, workers)
+	var jobs int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE queue = 'whilly_bench'`).Scan(&jobs); err != nil {
+		t.Fatal(err)
+	}
+	if plans+tables+workers+jobs != 0 {
+		t.Errorf("the benchmark left %d scratch plans, %d tables, %d live workers and %d River jobs behind", plans, tables, workers, jobs)
 	}
 }
 
@@ -68,7 +72,7 @@ func TestBenchClaimsSmall(t *testing.T) {
 	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn},
 		"claims", "--workers", "3", "--tasks", "60", "--chain", "10", "--idle", "500ms")
 	last := lastLine(out)
-	re := regexp.MustCompile(`^claims_per_s=\d+ raw_per_s=\d+ ratio=\d+\.\d\d ready_to_claim_p50_ms=\d+\.\d\d p99_ms=\d+\.\d\d idle_queries_per_worker_s=\d+\.\d\d$`)
+	re := regexp.MustCompile(`^claims_per_s=\d+ raw_per_s=\d+ ratio=\d+\.\d\d ready_to_claim_p50_ms=\d+\.\d\d p99_ms=\d+\.\d\d idle_queries_per_worker_s=\d+\.\d\d river_per_s=\d+ ratio_raw=\d+\.\d\d ratio_river=\d+\.\d\d hooks=true$`)
 	if !re.MatchString(last) {
 		t.Fatalf("last line %q is not the key=value summary\n%s", last, out)
 	}

@@ -551,11 +551,17 @@ func skipRejected(ctx context.Context, tx pgx.Tx, planID string, ids []string) (
 
 // CreatePlan creates an empty ACTIVE plan, to receive tasks. An existing id is ErrConflict.
 func (s *Store) CreatePlan(ctx context.Context, id, name string, budget *plan.USD) (PlanInfo, error) {
+	return s.CreatePlanWith(ctx, id, name, budget, ImportOptions{})
+}
+
+// CreatePlanWith is CreatePlan with import options: opts.GitHubIssueRef and
+// opts.InstallationID tie the new plan to an issue (whilly bench's scratch plans).
+func (s *Store) CreatePlanWith(ctx context.Context, id, name string, budget *plan.USD, opts ImportOptions) (PlanInfo, error) {
 	p := &plan.Plan{ID: id, Name: name, Budget: budget}
 	if err := plan.Validate(p); err != nil {
 		return PlanInfo{}, err
 	}
-	res, err := s.importPlan(ctx, p, ImportOptions{}, false)
+	res, err := s.importPlan(ctx, p, opts, false)
 	if err != nil {
 		return PlanInfo{}, err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/fakegithub"
 	"github.com/whilly-go/whilly/migrations"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
@@ -50,9 +51,35 @@ type Setup struct {
 	Log     *slog.Logger
 	// Progress receives one line per phase ("bench: …"); nil discards them.
 	Progress io.Writer
-	// Serve starts a control plane on ln over the store and returns at once.
-	Serve func(ctx context.Context, st *queue.Store, ln net.Listener) (Server, error)
+	// Serve starts a control plane configured as o says on ln over the store, and
+	// returns at once.
+	Serve func(ctx context.Context, st *queue.Store, ln net.Listener, o ServeOptions) (Server, error)
 }
+
+// ServeOptions is the configuration of the control plane under measurement beyond the
+// environment's: the extensions `whilly serve` installs hooks for.
+type ServeOptions struct {
+	// GitHub, when set, is the GitHub App the control plane runs with (the bench's fake
+	// GitHub): webhook, mirror, reconciler and their PlanChanged hook.
+	GitHub *GitHubApp
+	// TRIZ turns the failure analyzer on (its TaskFailed hook), with the sim agent.
+	TRIZ bool
+}
+
+// GitHubApp is what the control plane needs to run a GitHub App against an API.
+type GitHubApp struct {
+	APIURL        string
+	AppID         int64
+	PrivateKeyPEM string
+	WebhookSecret string
+}
+
+// The fake GitHub's one installation and repository, which the scratch plans' issues
+// belong to.
+const (
+	benchInstallation = 77
+	benchRepo         = "whilly-bench/scratch"
+)
 
 // tracer counts the queries of a pool. Queries made while serving an HTTP request
 // (their context carries http.ServerContextKey) are the API's; everything else is River,
@@ -160,18 +187,23 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // env is a control plane on loopback over a traced pool, and what must be removed
 // when the benchmark ends.
 type env struct {
-	s       Setup
-	log     *slog.Logger
-	pool    *pgxpool.Pool
-	store   *queue.Store
-	tracer  *tracer
-	ln      *countingListener
-	cp      Server
-	base    string
-	suffix  string // makes scratch names unique
-	plans   []string
-	workers []string
-	tables  []string
+	s      Setup
+	log    *slog.Logger
+	pool   *pgxpool.Pool
+	store  *queue.Store
+	tracer *tracer
+	ln     *countingListener
+	cp     Server
+	base   string
+	suffix string // makes scratch names unique
+	// github is the fake GitHub of the serve configuration; nil without hooks. The
+	// scratch plans are then taken in from its issues, so the mirror has work.
+	github   *fakegithub.GitHub
+	problems atomic.Int64 // what the fake would fail a test on (an unknown route …)
+	issues   int
+	plans    []string
+	workers  []string
+	tables   []string
 }
 
 // progressf writes one progress line.
@@ -182,8 +214,9 @@ func (s Setup) progressf(format string, args ...any) {
 }
 
 // open connects, brings the schema up to date and starts a control plane on a
-// loopback port.
-func open(ctx context.Context, s Setup) (*env, error) {
+// loopback port: with hooks, the serve configuration (the GitHub App against a fake
+// GitHub in this process, and TRIZ), else the bare one.
+func open(ctx context.Context, s Setup, hooks bool) (*env, error) {
 	cfg := s.Pool.Copy()
 	tr := &tracer{}
 	cfg.ConnConfig.Tracer = tr
@@ -213,7 +246,16 @@ func open(ctx context.Context, s Setup) (*env, error) {
 		return nil, fmt.Errorf("listen on a loopback port: %w", err)
 	}
 	e.ln = &countingListener{Listener: raw}
-	if e.cp, err = s.Serve(ctx, e.store, e.ln); err != nil {
+	var so ServeOptions
+	if hooks {
+		if so, err = e.startGitHub(ctx); err != nil {
+			_ = raw.Close()
+			pool.Close()
+			return nil, err
+		}
+	}
+	if e.cp, err = s.Serve(ctx, e.store, e.ln, so); err != nil {
+		e.closeGitHub()
 		pool.Close()
 		return nil, err
 	}
@@ -243,13 +285,46 @@ func (e *env) close(ctx context.Context) {
 			e.log.WarnContext(ctx, "bench: drop scratch table", "table", t, "error", err)
 		}
 	}
+	e.closeGitHub()
 	e.pool.Close()
 }
 
-// scratchPlan creates an empty ACTIVE plan that close deletes.
+// startGitHub starts the fake GitHub with the bench's installation and returns the
+// serve configuration that uses it.
+func (e *env) startGitHub(ctx context.Context) (ServeOptions, error) {
+	g, err := fakegithub.New(func(format string, args ...any) {
+		e.problems.Add(1)
+		e.log.WarnContext(ctx, "bench: the fake GitHub saw a request it does not serve", "problem", fmt.Sprintf(format, args...))
+	})
+	if err != nil {
+		return ServeOptions{}, fmt.Errorf("start the fake GitHub: %w", err)
+	}
+	g.Install(benchInstallation, benchRepo)
+	e.github = g
+	return ServeOptions{
+		GitHub: &GitHubApp{APIURL: g.URL(), AppID: g.AppID, PrivateKeyPEM: string(g.KeyPEM), WebhookSecret: "whilly-bench-" + e.suffix},
+		TRIZ:   true,
+	}, nil
+}
+
+func (e *env) closeGitHub() {
+	if e.github != nil {
+		e.github.Close()
+	}
+}
+
+// scratchPlan creates an empty ACTIVE plan that close deletes. With the fake GitHub it
+// is the plan of a new issue there, as the intake would have made it.
 func (e *env) scratchPlan(ctx context.Context, kind string) (string, error) {
 	id := "bench-" + kind + "-" + e.suffix
-	if _, err := e.store.CreatePlan(ctx, id, "whilly bench "+kind+" (scratch, deleted afterwards)", nil); err != nil {
+	name := "whilly bench " + kind + " (scratch, deleted afterwards)"
+	var opts queue.ImportOptions
+	if e.github != nil {
+		e.issues++
+		e.github.AddIssue(benchRepo, e.issues, name, "A scratch issue of whilly bench.", "octocat", "whilly-ready")
+		opts = queue.ImportOptions{GitHubIssueRef: fmt.Sprintf("%s#%d", benchRepo, e.issues), InstallationID: benchInstallation}
+	}
+	if _, err := e.store.CreatePlanWith(ctx, id, name, nil, opts); err != nil {
 		return "", fmt.Errorf("create scratch plan: %w", err)
 	}
 	e.plans = append(e.plans, id)

@@ -26,19 +26,34 @@ type ClaimsOptions struct {
 	CPUProfile string
 	// Queries sums the http phase's database time per SQL statement.
 	Queries bool
+	// NoHooks measures the bare control plane (no GitHub App, no TRIZ: no store hook),
+	// instead of the serve configuration.
+	NoHooks bool
 }
 
 // ClaimsResult is what the claims benchmark measured.
 type ClaimsResult struct {
-	Workers          int     `json:"workers"`
-	Tasks            int     `json:"tasks"`
-	PoolConns        int32   `json:"pool_conns"`
-	RawClaimPerS     float64 `json:"raw_claim_per_s"`
-	RawPerS          float64 `json:"raw_per_s"` // the mean of the loops before and after the http phase
-	RawBeforePerS    float64 `json:"raw_before_per_s"`
-	RawAfterPerS     float64 `json:"raw_after_per_s"`
-	ClaimsPerS       float64 `json:"claims_per_s"`
-	Ratio            float64 `json:"ratio"`
+	Workers       int     `json:"workers"`
+	Tasks         int     `json:"tasks"`
+	PoolConns     int32   `json:"pool_conns"`
+	RawClaimPerS  float64 `json:"raw_claim_per_s"`
+	RawPerS       float64 `json:"raw_per_s"` // the mean of the loops before and after the http phase
+	RawBeforePerS float64 `json:"raw_before_per_s"`
+	RawAfterPerS  float64 `json:"raw_after_per_s"`
+	ClaimsPerS    float64 `json:"claims_per_s"`
+	Ratio         float64 `json:"ratio"`
+	// Hooks: the control plane ran the serve configuration (GitHub App and TRIZ hooks).
+	Hooks bool `json:"hooks"`
+	// RiverPerS is River working the same number of no-op jobs on the same database.
+	RiverPerS  float64 `json:"river_per_s"`
+	RatioRaw   float64 `json:"ratio_raw"`   // ClaimsPerS / RawPerS (Ratio, under the issue's name)
+	RatioRiver float64 `json:"ratio_river"` // ClaimsPerS / RiverPerS
+	// GitHubRequests and GitHubWrites are what the control plane sent the fake GitHub
+	// over the whole run (the mirror's labels and status comments); GitHubProblems are
+	// requests it would fail a test on.
+	GitHubRequests   int     `json:"github_requests"`
+	GitHubWrites     int     `json:"github_writes"`
+	GitHubProblems   int64   `json:"github_problems"`
 	QueriesPerTask   float64 `json:"queries_per_task"`
 	DBMsPerTask      float64 `json:"db_ms_per_task"`
 	CPUSelfMsPerTask float64 `json:"cpu_control_plane_and_clients_ms_per_task,omitempty"`
@@ -67,15 +82,16 @@ type PhaseCPU struct {
 	DBMsPerTask   float64 `json:"postgres_ms_per_task"`
 }
 
-// Claims runs the raw SKIP LOCKED baseline, the http claim+complete phase, the
-// ready→claimed latency over a chain and the idle long-poll count in one run.
+// Claims runs the raw SKIP LOCKED baseline, the River baseline, the http
+// claim+complete phase, the ready→claimed latency over a chain and the idle long-poll
+// count in one run.
 func Claims(ctx context.Context, s Setup, o ClaimsOptions) (ClaimsResult, error) {
-	e, err := open(ctx, s)
+	e, err := open(ctx, s, !o.NoHooks)
 	if err != nil {
 		return ClaimsResult{}, err
 	}
 	defer e.close(ctx)
-	res := ClaimsResult{Workers: o.Workers, Tasks: o.Tasks, PoolConns: e.pool.Config().MaxConns, ChainLength: o.Chain}
+	res := ClaimsResult{Workers: o.Workers, Tasks: o.Tasks, PoolConns: e.pool.Config().MaxConns, ChainLength: o.Chain, Hooks: !o.NoHooks}
 	if _, err := e.pool.Exec(ctx, `VACUUM (ANALYZE) tasks`); err != nil {
 		return res, fmt.Errorf("vacuum the tasks table: %w", err)
 	}
@@ -85,6 +101,11 @@ func Claims(ctx context.Context, s Setup, o ClaimsOptions) (ClaimsResult, error)
 		return res, err
 	}
 	if res.RawBeforePerS, err = e.rawLoop(ctx, "claim_complete", o.Workers, o.Tasks, true, &res); err != nil {
+		return res, err
+	}
+
+	s.progressf("river: %d no-op jobs inserted, then worked by River", o.Tasks)
+	if res.RiverPerS, err = e.riverLoop(ctx, o.Tasks); err != nil {
 		return res, err
 	}
 
@@ -113,6 +134,19 @@ func Claims(ctx context.Context, s Setup, o ClaimsOptions) (ClaimsResult, error)
 	}
 	if res.RawPerS > 0 {
 		res.Ratio = res.ClaimsPerS / res.RawPerS
+		res.RatioRaw = res.Ratio
+	}
+	if res.RiverPerS > 0 {
+		res.RatioRiver = res.ClaimsPerS / res.RiverPerS
+	}
+	if e.github != nil {
+		for _, r := range e.github.Requests() {
+			res.GitHubRequests++
+			if r.Write() {
+				res.GitHubWrites++
+			}
+		}
+		res.GitHubProblems = e.problems.Load()
 	}
 	if o.Queries {
 		res.Statements = e.statements()

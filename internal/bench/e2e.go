@@ -112,7 +112,7 @@ type proc struct {
 // E2E runs o.Workers whilly-worker processes with o.AgentEnv's agent (the sim agent when
 // it is empty), which drain o.Tasks tasks of a scratch plan through the API.
 func E2E(ctx context.Context, s Setup, o E2EOptions) (E2EResult, error) {
-	e, err := open(ctx, s)
+	e, err := open(ctx, s, false)
 	if err != nil {
 		return E2EResult{}, err
 	}
