@@ -433,7 +433,7 @@ a plan paused because it reached its budget resumes when the new cap is above wh
 				}
 			}
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
-				pi, err := st.SetBudget(cmd.Context(), args[0], b)
+				pi, err := st.SetBudget(cmd.Context(), args[0], b, localUser())
 				if err != nil {
 					return err
 				}
@@ -496,7 +496,7 @@ func (a *app) planCancel() *cobra.Command {
 		Args:    exactArgs(1, "one plan id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
-				n, err := st.CancelPlan(cmd.Context(), args[0], "cancelled from the CLI")
+				n, err := st.CancelPlan(cmd.Context(), args[0], "cancelled from the CLI", localUser())
 				if err != nil {
 					return err
 				}

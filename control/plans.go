@@ -172,14 +172,14 @@ func (s *Server) patchPlan(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	if req.BudgetUSD.Set {
-		if _, err := s.store.SetBudget(ctx, id, req.BudgetUSD.Limit); err != nil {
+		if _, err := s.store.SetBudget(ctx, id, req.BudgetUSD.Limit, principalFrom(ctx).by()); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
 		s.log.InfoContext(ctx, "plan budget set", "plan_id", id, "budget_usd", budgetText(req.BudgetUSD.Limit))
 	}
 	if req.Status != "" {
-		n, err := s.store.CancelPlan(ctx, id, req.Reason)
+		n, err := s.store.CancelPlan(ctx, id, req.Reason, principalFrom(ctx).by())
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -109,12 +109,12 @@ func (s *Service) Run(ctx context.Context, c app.Client, ref app.IssueRef, comme
 		if pi.Status != plan.PlanActive && pi.Status != plan.PlanPaused {
 			return reply("nothing to cancel", fmt.Sprintf("Plan `%s` is already %s.", pi.ID, strings.ToLower(string(pi.Status))))
 		}
-		if _, err := s.store.CancelPlan(ctx, pi.ID, "cancelled by "+by); err != nil {
+		if _, err := s.store.CancelPlan(ctx, pi.ID, "cancelled by "+by, by); err != nil {
 			return "", err
 		}
 		return ack("cancelled " + pi.ID)
 	case CmdRetry:
-		res, err := s.store.RetryTasks(ctx, pi.ID, cmd.Args[:min(len(cmd.Args), 1)], "retry by "+by)
+		res, err := s.store.RetryTasks(ctx, pi.ID, cmd.Args[:min(len(cmd.Args), 1)], "retry by "+by, by)
 		switch {
 		case errors.Is(err, queue.ErrNotFound):
 			return reply("retry: unknown task", fmt.Sprintf("Plan `%s` has no task `%s`.", pi.ID, sanitizeArg(cmd.Args[0])))
@@ -131,7 +131,7 @@ func (s *Service) Run(ctx context.Context, c app.Client, ref app.IssueRef, comme
 		if err != nil {
 			return reply("budget: bad amount", fmt.Sprintf("That did not work: %s. Usage: `/whilly budget 10` sets the cap to $10, `/whilly budget +5` raises it by $5.", err))
 		}
-		if _, err := s.store.SetBudget(ctx, pi.ID, &amount); err != nil {
+		if _, err := s.store.SetBudget(ctx, pi.ID, &amount, by); err != nil {
 			return "", err
 		}
 		return ack(fmt.Sprintf("budget of %s set to %s", pi.ID, amount))

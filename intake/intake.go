@@ -288,8 +288,9 @@ func (s *Service) closeIssue(ctx context.Context, ref app.IssueRef, inst int64, 
 	if err != nil {
 		return "", err
 	}
-	reason := "issue closed by @" + sender
+	reason, by := "issue closed by @"+sender, "@"+sender
 	if !app.CanWrite(perm) {
+		by = ""
 		st, err := s.store.GetMirrorState(ctx, pi.ID)
 		if err != nil {
 			return "", err
@@ -299,7 +300,7 @@ func (s *Service) closeIssue(ctx context.Context, ref app.IssueRef, inst int64, 
 		}
 		reason = fmt.Sprintf("issue closed after pull request #%d was merged", st.Pull.Number)
 	}
-	n, err := s.store.CancelPlan(ctx, pi.ID, reason)
+	n, err := s.store.CancelPlan(ctx, pi.ID, reason, by)
 	if err != nil {
 		return "", err
 	}

@@ -320,7 +320,7 @@ func TestBudgetCrossingIsRecordedExactlyOnce(t *testing.T) {
 		t.Fatalf("claim over budget = %v, %v; want nothing", c, err)
 	}
 	raised := plan.USD(5_000_000)
-	pi, err = st.SetBudget(ctx, "budget", &raised)
+	pi, err = st.SetBudget(ctx, "budget", &raised, "")
 	if err != nil || pi.Status != plan.PlanActive {
 		t.Fatalf("raise budget = %s, %v; want ACTIVE again", pi.Status, err)
 	}
@@ -352,7 +352,7 @@ func TestClaimHonoursLabelsPriorityStrictGateAndPlanState(t *testing.T) {
 	if c := mustClaim(t, st, withGPU, "mix"); c.Task.ID != "GPU" {
 		t.Fatalf("claim with the gpu label = %s, want GPU", c.Task.ID)
 	}
-	if _, err := st.CancelPlan(ctx, "mix", "test"); err != nil {
+	if _, err := st.CancelPlan(ctx, "mix", "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: plain.ID}); err != nil || c != nil {
@@ -376,7 +376,7 @@ func TestHeartbeatExtendsLeasesAndReportsCancellation(t *testing.T) {
 	if n, err := st.ReapExpiredLeases(ctx); err != nil || n != 0 {
 		t.Fatalf("reap after heartbeat = %d, %v; want 0", n, err)
 	}
-	if _, err := st.CancelPlan(ctx, "hb", "test"); err != nil {
+	if _, err := st.CancelPlan(ctx, "hb", "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	res, err = st.Heartbeat(ctx, w.ID, []queue.Lease{leaseOf(a, w.ID), leaseOf(b, w.ID)})

@@ -254,7 +254,7 @@ func TestCancelRacingBatchedCompletions(t *testing.T) {
 			})
 		}
 		wg.Go(func() {
-			if _, err := st.CancelPlan(ctx, id, "test"); err != nil {
+			if _, err := st.CancelPlan(ctx, id, "test", ""); err != nil {
 				t.Errorf("%s: cancel: %v", id, err)
 			}
 		})

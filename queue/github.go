@@ -558,8 +558,10 @@ type RetryResult struct {
 // (RESET events, reason given) — the named ones, or all of them when taskIDs is empty —
 // and reactivates a FAILED or CANCELLED plan. A named task that is not FAILED or
 // CANCELLED is ErrConflict; an unknown one ErrNotFound. Reactivating a plan whose issue
-// has another live plan is ErrConflict. The last error is kept for the next prompt.
-func (s *Store) RetryTasks(ctx context.Context, planID string, taskIDs []string, reason string) (RetryResult, error) {
+// has another live plan is ErrConflict. The last error is kept for the next prompt. by
+// names who asked (the events' "by"; empty: not recorded). The comment command, the
+// dashboard's retry button and the CLI all come here.
+func (s *Store) RetryTasks(ctx context.Context, planID string, taskIDs []string, reason, by string) (RetryResult, error) {
 	var res RetryResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		st, err := lockPlan(ctx, tx, planID)
@@ -594,10 +596,11 @@ func (s *Store) RetryTasks(ctx context.Context, planID string, taskIDs []string,
 				RETURNING t.id, t.ord, o.old
 			), ev AS (
 				INSERT INTO events (plan_id, task_id, type, payload)
-				SELECT $1, id, 'RESET', jsonb_build_object('from', old, 'to', 'PENDING', 'reason', $3::text) FROM r ORDER BY ord
+				SELECT $1, id, 'RESET', jsonb_build_object('from', old, 'to', 'PENDING', 'reason', $3::text) || `+bySQL("$4")+`
+				FROM r ORDER BY ord
 				RETURNING 1
 			)
-			SELECT count(*) FROM ev`, planID, ids, reason).Scan(&res.Retried)
+			SELECT count(*) FROM ev`, planID, ids, reason, by).Scan(&res.Retried)
 		if err != nil {
 			return fmt.Errorf("retry tasks of plan %s: %w", planID, err)
 		}
@@ -615,7 +618,7 @@ func (s *Store) RetryTasks(ctx context.Context, planID string, taskIDs []string,
 			res.Reactivated = true
 			res.PlanStatus = plan.PlanActive
 		}
-		payload := map[string]any{"tasks_reset": res.Retried, "from": st, "reason": reason}
+		payload := withBy(map[string]any{"tasks_reset": res.Retried, "from": st, "reason": reason}, by)
 		if err := insertEvent(ctx, tx, planID, "", EventPlanReset, payload, nil); err != nil {
 			return err
 		}

@@ -898,8 +898,9 @@ func (s *Store) ResetPlan(ctx context.Context, planID string, opts ResetOptions)
 }
 
 // SetBudget sets a plan's budget cap (nil = unlimited) and writes plan.budget_raised. A
-// plan paused on budget that the new cap covers resumes (ACTIVE).
-func (s *Store) SetBudget(ctx context.Context, planID string, budget *plan.USD) (PlanInfo, error) {
+// plan paused on budget that the new cap covers resumes (ACTIVE). by names who set it
+// (the event's "by"; empty: not recorded).
+func (s *Store) SetBudget(ctx context.Context, planID string, budget *plan.USD, by string) (PlanInfo, error) {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var old *int64
 		var status, reason string
@@ -924,7 +925,7 @@ func (s *Store) SetBudget(ctx context.Context, planID string, budget *plan.USD) 
 			o := plan.USD(*old)
 			oldUSD = &o
 		}
-		payload := map[string]any{"from": usdParam(oldUSD), "to": usdParam(budget), "spent_usd": plan.USD(spent).String(), "resumed": resume}
+		payload := withBy(map[string]any{"from": usdParam(oldUSD), "to": usdParam(budget), "spent_usd": plan.USD(spent).String(), "resumed": resume}, by)
 		if err := insertEvent(ctx, tx, planID, "", EventPlanBudgetRaised, payload, nil); err != nil {
 			return err
 		}

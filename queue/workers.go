@@ -350,7 +350,8 @@ func (s *Store) MarkOfflineWorkers(ctx context.Context, after time.Duration) (in
 
 // CancelPlan cancels every open task of the plan (CANCEL events) and the plan itself.
 // Workers holding a cancelled task learn it at their next heartbeat; their lease is void.
-func (s *Store) CancelPlan(ctx context.Context, planID, reason string) (int, error) {
+// by names who cancelled it (the events' "by"; empty: not recorded).
+func (s *Store) CancelPlan(ctx context.Context, planID, reason, by string) (int, error) {
 	if reason == "" {
 		reason = "cancelled"
 	}
@@ -370,10 +371,10 @@ func (s *Store) CancelPlan(ctx context.Context, planID, reason string) (int, err
 				RETURNING t.id, t.ord, o.old
 			), ev AS (
 				INSERT INTO events (plan_id, task_id, type, payload)
-				SELECT $1, id, 'CANCEL', jsonb_build_object('from', old, 'reason', $2::text) FROM c ORDER BY ord
+				SELECT $1, id, 'CANCEL', jsonb_build_object('from', old, 'reason', $2::text) || `+bySQL("$3")+` FROM c ORDER BY ord
 				RETURNING 1
 			)
-			SELECT count(*) FROM ev`, planID, reason).Scan(&n)
+			SELECT count(*) FROM ev`, planID, reason, by).Scan(&n)
 		if err != nil {
 			return fmt.Errorf("cancel tasks of plan %s: %w", planID, err)
 		}
@@ -383,7 +384,7 @@ func (s *Store) CancelPlan(ctx context.Context, planID, reason string) (int, err
 		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'CANCELLED', pause_reason = NULL, updated_at = now() WHERE id = $1`, planID); err != nil {
 			return fmt.Errorf("cancel plan %s: %w", planID, err)
 		}
-		if err := insertEvent(ctx, tx, planID, "", EventPlanCancelled, map[string]any{"from": st, "reason": reason, "tasks": n}, nil); err != nil {
+		if err := insertEvent(ctx, tx, planID, "", EventPlanCancelled, withBy(map[string]any{"from": st, "reason": reason, "tasks": n}, by), nil); err != nil {
 			return err
 		}
 		return s.changed(ctx, tx, planID)

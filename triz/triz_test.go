@@ -216,7 +216,7 @@ func TestWorkFailsOpen(t *testing.T) {
 			ctx := context.Background()
 			if c.noBudget {
 				b := plan.USD(100_000)
-				if _, err := st.SetBudget(ctx, "shop-auth", &b); err != nil {
+				if _, err := st.SetBudget(ctx, "shop-auth", &b, ""); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -170,7 +170,7 @@ func TestCancelledPlanStopsTheAgent(t *testing.T) {
 	result := make(chan worker.Summary, 1)
 	go func() { s, _ := w.Run(context.Background()); result <- s }()
 	eventually(t, 10*time.Second, "the task to start", func() bool { return taskStatus(t, e.st, "cancel", "T00") == plan.StatusInProgress })
-	if _, err := e.st.CancelPlan(context.Background(), "cancel", "test"); err != nil {
+	if _, err := e.st.CancelPlan(context.Background(), "cancel", "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	select {
