@@ -139,7 +139,8 @@ func RenderStatus(v StatusView) string {
 		}
 	}
 	if v.PublicURL != "" {
-		w("[Dashboard](%s) · [Plan (API)](%s)\n\n", dashboardURL(v.PublicURL, p.ID), apiURL(v.PublicURL, p.ID))
+		// The plan's page on the dashboard (after sign-in), not the API, which a browser cannot read.
+		w("[Dashboard](%s)\n\n", dashboardURL(v.PublicURL, p.ID))
 	}
 	w("<sub>Edited in place by whilly. Commands (write access): `/whilly status` · `/whilly retry [TASK]` · `/whilly cancel` · `/whilly budget USD` · `/whilly help`</sub>\n")
 	return b.String()
@@ -264,10 +265,7 @@ func oneLine(s string, n int) string {
 	return s
 }
 
+// dashboardURL is the plan's page on the web dashboard (web.PlanPath).
 func dashboardURL(public, planID string) string {
-	return strings.TrimRight(public, "/") + "/?plan=" + url.QueryEscape(planID)
-}
-
-func apiURL(public, planID string) string {
-	return strings.TrimRight(public, "/") + "/v1/plans/" + url.PathEscape(planID)
+	return strings.TrimRight(public, "/") + "/plans/" + url.PathEscape(planID)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
+	"github.com/whilly-go/whilly/web"
 )
 
 func (a *app) serveCommand() *cobra.Command {
@@ -213,6 +214,13 @@ func (a *app) newControlPlane(ctx context.Context, st *queue.Store) (*controlPla
 			}
 		}
 	}
+	// The web dashboard at / (after the routes above, which keep their paths).
+	dash, err := web.New(st, a.log, web.Config{PublicURL: a.cfg.String(config.PublicURL), Events: srv.StreamEvents})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	srv.Mount("/*", dash)
 	hs := srv.HTTPServer()
 	// Shutdown does not cancel requests in flight: end long-polls and streams at once.
 	hs.RegisterOnShutdown(srv.Drain)

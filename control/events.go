@@ -64,6 +64,20 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 // cursor (a stream that began before an upgrade), that range is read again and the events
 // not sent yet are sent then.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
+	s.serveStream(w, r, principalFrom(r.Context()).scopes(), true)
+}
+
+// StreamEvents serves the event stream as GET /v1/events/stream does, limited to scopes,
+// to a caller authenticated elsewhere: the web dashboard's session. Its frames carry no
+// "event:" line, so that a browser's EventSource.onmessage sees events of every type
+// (the type is in the data).
+func (s *Server) StreamEvents(w http.ResponseWriter, r *http.Request, scopes queue.Scopes) {
+	s.serveStream(w, r, scopes, false)
+}
+
+// serveStream is the one implementation of the event stream; named says whether frames
+// carry the event type in an "event:" line.
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, scopes queue.Scopes, named bool) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	planID := q.Get("plan_id")
@@ -105,7 +119,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any write timeout; unsupported is fine
-	st := &sseStream{s: s, w: w, rc: rc, planID: planID, scopes: principalFrom(ctx).scopes(), start: cursor, cursor: cursor, sent: &idWindow{hi: cursor}}
+	st := &sseStream{s: s, w: w, rc: rc, planID: planID, scopes: scopes, named: named, start: cursor, cursor: cursor, sent: &idWindow{hi: cursor}}
 	if err := st.flush(); err != nil {
 		s.log.WarnContext(ctx, "event stream cannot flush", "error", err)
 		return
@@ -178,6 +192,7 @@ type sseStream struct {
 	rc     *http.ResponseController
 	planID string
 	scopes queue.Scopes // only events of plans these allow
+	named  bool         // frames carry an "event: <type>" line
 	start  int64        // the stream begins after this id
 	cursor int64        // the highest id sent, or start
 	sent   *idWindow    // which recent ids were sent
@@ -280,8 +295,11 @@ func (st *sseStream) send(e queue.Event) error {
 	if err != nil {
 		return fmt.Errorf("encode event %d: %w", e.ID, err)
 	}
-	typ := strings.NewReplacer("\r", " ", "\n", " ").Replace(e.Type)
-	if _, err := fmt.Fprintf(st.w, "id: %d\nevent: %s\ndata: %s\n\n", e.ID, typ, data); err != nil {
+	name := ""
+	if st.named {
+		name = "event: " + strings.NewReplacer("\r", " ", "\n", " ").Replace(e.Type) + "\n"
+	}
+	if _, err := fmt.Fprintf(st.w, "id: %d\n%sdata: %s\n\n", e.ID, name, data); err != nil {
 		return fmt.Errorf("write event %d: %w", e.ID, err)
 	}
 	st.cursor = max(st.cursor, e.ID)

@@ -59,7 +59,7 @@ func TestLabeledDeliveryBecomesPlanLabelReactionAndOneComment(t *testing.T) {
 	if got := e.plan().CommentID; got != cs[0].ID {
 		t.Errorf("status_comment_id = %d, want %d", got, cs[0].ID)
 	}
-	for _, want := range []string{"in progress", "0/2", "`T1`", "`T2`", "task list", "https://whilly.example.com/?plan="} {
+	for _, want := range []string{"in progress", "0/2", "`T1`", "`T2`", "task list", "https://whilly.example.com/plans/"} {
 		if !strings.Contains(cs[0].Body, want) {
 			t.Errorf("status comment lacks %q:\n%s", want, cs[0].Body)
 		}
