@@ -52,7 +52,9 @@ type GitHub struct {
 	redelivered   []int64
 	routes        []fakeRoute
 	tokenTTL      time.Duration
-	rateUsed      map[int64]int // requests per installation, for X-RateLimit-Remaining
+	limits        Limits
+	hours         map[int64]hourWindow  // requests per installation in its current hour
+	writesAt      map[int64][]time.Time // content writes per installation in the last minute
 	tokenRequests []TokenRequest
 	gitRoot       string // bare repositories: <gitRoot>/<owner>/<name>.git
 	gitBackend    string // git-http-backend
@@ -70,6 +72,8 @@ type GitHubRequest struct {
 	// permissions only (a worker's push token).
 	Scoped bool
 	At     time.Time
+	// Limited: the fake's rate limits (SetLimits) refused the request.
+	Limited bool
 }
 
 // Write reports whether the request changed something on GitHub (a content write in
@@ -190,7 +194,8 @@ func New(errorf func(format string, args ...any)) (*GitHub, error) {
 		installations: map[int64][]string{},
 		tokens:        map[string]fakeToken{},
 		nextID:        1000,
-		rateUsed:      map[int64]int{},
+		hours:         map[int64]hourWindow{},
+		writesAt:      map[int64][]time.Time{},
 		tokenTTL:      time.Hour,
 	}
 	g.routes = append(g.oauthRoutes(), g.routeTable()...)
@@ -459,19 +464,10 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		rec.Status = writeJSON(w, f.Status, map[string]string{"message": fmt.Sprintf("injected HTTP %d", f.Status)})
 		return
 	}
-	// Like GitHub, every answer says how many requests the hour has left (5000 a token).
-	w.Header().Set("X-RateLimit-Resource", "core")
-	w.Header().Set("X-RateLimit-Remaining", strconv.Itoa(g.spendRate(inst)))
+	if rec.Status, rec.Limited = g.rateLimit(w, inst, rec.Write(), rec.At); rec.Limited {
+		return
+	}
 	rec.Status = route.h(w, r, inst, m)
-}
-
-// spendRate counts a request against installation inst's hourly budget and returns what
-// is left.
-func (g *GitHub) spendRate(inst int64) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.rateUsed[inst]++
-	return max(5000-g.rateUsed[inst], 0)
 }
 
 func (g *GitHub) fault(method, path string) *Fault {
