@@ -134,7 +134,7 @@ func (a *app) githubPlanner() (intake.Planner, error) {
 }
 
 // intakePolicy reads what plans from issues may ask for and whose issues are taken in
-// (WHILLY_GITHUB_BUDGET_USD, WHILLY_GITHUB_ALLOWED_OWNERS).
+// (WHILLY_GITHUB_BUDGET_USD, WHILLY_GITHUB_ALLOWED_OWNERS, WHILLY_REQUIRE_APPROVAL).
 func (a *app) intakePolicy() (intake.Config, error) {
 	env := a.cfg
 	budget, _, err := env.USD(config.GitHubBudgetUSD)
@@ -144,7 +144,11 @@ func (a *app) intakePolicy() (intake.Config, error) {
 	if budget <= 0 {
 		return intake.Config{}, envf("%s must be more than 0 USD, got %q", config.GitHubBudgetUSD, env.Raw(config.GitHubBudgetUSD))
 	}
-	return intake.Config{Budget: budget, AllowedOwners: env.List(config.GitHubAllowedOwners)}, nil
+	approval, err := env.Bool(config.RequireApproval)
+	if err != nil {
+		return intake.Config{}, envf("%w", err)
+	}
+	return intake.Config{Budget: budget, AllowedOwners: env.List(config.GitHubAllowedOwners), RequireApproval: approval}, nil
 }
 
 // githubParts is the GitHub App wired over one store: what serve and forge share.

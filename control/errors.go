@@ -71,6 +71,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status, code, msg = http.StatusConflict, codeConflict, sentence(err)
 	case errors.Is(err, queue.ErrInvalid):
 		status, code, msg = http.StatusBadRequest, codeBadRequest, sentence(err)
+	case errors.Is(err, queue.ErrForbidden):
+		status, code, msg = http.StatusForbidden, codeForbidden, sentence(err)
 	case errors.Is(err, queue.ErrUnauthorized):
 		status, code, msg = http.StatusUnauthorized, codeUnauthorized, "The token is unknown, revoked or expired."
 	case r.Context().Err() != nil:

@@ -142,7 +142,15 @@ func (s *Server) getPlan(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, planWire(p))
+	out := planWire(p)
+	if p.Status == plan.PlanPaused && p.PauseReason == queue.PauseApproval {
+		// What the approver reviews: only plans awaiting approval pay for reading it.
+		if out.Digest, err = s.store.PlanDigest(r.Context(), id); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // patchPlan sets the budget (a raise resumes a plan paused on budget) and/or cancels the

@@ -152,6 +152,9 @@ func (s *Server) routes() chi.Router {
 			r.With(s.auth(roleAdmin)).Post("/", s.importPlan)
 			r.With(s.auth(roleReader)).Get("/{plan}", s.getPlan)
 			r.With(s.auth(roleAdmin)).Patch("/{plan}", s.patchPlan)
+			r.With(s.auth(roleAdmin)).Post("/{plan}/pause", s.pausePlan)
+			r.With(s.auth(roleAdmin)).Post("/{plan}/resume", s.resumePlan)
+			r.With(s.auth(roleAdmin)).Post("/{plan}/approve", s.approvePlan)
 			r.With(s.auth(roleReader)).Get("/{plan}/tasks", s.listTasks)
 			r.With(s.auth(roleAdmin)).Post("/{plan}/tasks", s.addTask)
 			r.Route("/{plan}/tasks/{task}", func(r chi.Router) {
@@ -173,6 +176,10 @@ func (s *Server) routes() chi.Router {
 				r.With(s.auth(roleAdmin)).Post("/reset", s.resetTask)
 			})
 		})
+
+		r.With(s.auth(roleReader)).Get("/fleet", s.getFleet)
+		r.With(s.auth(roleAdmin)).Post("/admin/pause", s.pauseFleet)
+		r.With(s.auth(roleAdmin)).Post("/admin/resume", s.resumeFleet)
 
 		r.With(s.auth(roleReader)).Get("/events", s.listEvents)
 		r.With(s.auth(roleReader)).Get("/events/stream", s.streamEvents)

@@ -205,17 +205,20 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 func wakesClaimers(typ string) bool {
 	switch typ {
 	case queue.EventTaskCreated, queue.EventComplete, queue.EventRelease, queue.EventRetry, queue.EventReset,
-		queue.EventTaskSkipped, queue.EventPlanBudgetRaised, queue.EventPlanReset, "plan.resumed",
+		queue.EventTaskSkipped, queue.EventPlanBudgetRaised, queue.EventPlanReset, queue.EventPlanResumed,
 		queue.EventPlanDone, queue.EventPlanFailed, queue.EventPlanCancelled, queue.EventPlanBudgetExceeded,
-		queue.EventPlanReopened, queue.EventTaskUpdated, queue.NotificationResync:
+		queue.EventPlanReopened, queue.EventTaskUpdated, queue.NotificationResync,
+		queue.EventPlanApproved, queue.EventSystemResumed:
 		return true
 	}
 	return false
 }
 
+// claimFilter wakes the claims of planID ("" any plan) on the events of that plan that
+// wakesClaimers names, and on those without a plan (the fleet resumed).
 func claimFilter(planID string) func(queue.Notification) bool {
 	return func(n queue.Notification) bool {
-		return wakesClaimers(n.Type) && (planID == "" || n.PlanID == planID)
+		return wakesClaimers(n.Type) && (planID == "" || n.PlanID == planID || n.PlanID == "")
 	}
 }
 

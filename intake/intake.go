@@ -49,6 +49,9 @@ type Config struct {
 	// AllowedOwners (WHILLY_GITHUB_ALLOWED_OWNERS) are the repository owners whose issues
 	// and comments whilly acts on, compared case-insensitively; empty allows every owner.
 	AllowedOwners []string
+	// RequireApproval (WHILLY_REQUIRE_APPROVAL) creates plans PAUSED (reason approval):
+	// they run once a write+ user approves their digest (/whilly approve DIGEST).
+	RequireApproval bool
 }
 
 // ownerAllowed reports whether the repository's owner is one whilly acts for.
@@ -409,7 +412,11 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 		out, err := s.needsInfo(ctx, c, req.Ref, labels, claim, built, needsInfoGate(missing, built.Source))
 		return Result{Outcome: out}, err
 	}
-	res, err := s.store.Apply(ctx, built.Plan, true, queue.ImportOptions{GitHubIssueRef: ref, InstallationID: req.InstallationID})
+	opts := queue.ImportOptions{GitHubIssueRef: ref, InstallationID: req.InstallationID}
+	if s.cfg.RequireApproval {
+		opts.PauseReason = queue.PauseApproval
+	}
+	res, err := s.store.Apply(ctx, built.Plan, true, opts)
 	if err != nil {
 		var ve *plan.ValidationError
 		if errors.As(err, &ve) {

@@ -35,7 +35,8 @@ WITH w AS (
 	FROM unnest($3::text[]) WITH ORDINALITY AS w(id, n)
 	-- LIMIT makes this a look-up by primary key, whatever the number of workers.
 	JOIN LATERAL (SELECT 1 FROM workers k WHERE k.id = w.id AND k.status <> 'revoked' LIMIT 1) live ON true
-	WHERE %s
+	-- No worker gets a task while the fleet is paused (pause.go).
+	WHERE %s AND ` + fleetRunning + `
 ), cand AS (
 	SELECT t.plan_id AS cplan, t.id AS cid
 	FROM tasks t

@@ -103,6 +103,9 @@ type ImportOptions struct {
 	// By names who made the change (an API token's owner, the local user); the
 	// task.created and task.updated events carry it as "by". Empty: not recorded.
 	By string
+	// PauseReason, when set, creates the plan PAUSED with this reason (PauseApproval:
+	// WHILLY_REQUIRE_APPROVAL); a plan that exists already keeps its status.
+	PauseReason string
 }
 
 const importBatch = 2000
@@ -178,10 +181,11 @@ func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) 
 		return res, fmt.Errorf("encode verify commands: %w", err)
 	}
 	tag, err := tx.Exec(ctx, `
-		INSERT INTO plans (id, name, budget_usd, strict, repo, verify, github_issue_ref, installation_id)
-		VALUES ($1, $2, $3::numeric, $4, NULLIF($5, ''), $6, NULLIF($7, ''), NULLIF($8, 0))
+		INSERT INTO plans (id, name, budget_usd, strict, repo, verify, github_issue_ref, installation_id, status, pause_reason)
+		VALUES ($1, $2, $3::numeric, $4, NULLIF($5, ''), $6, NULLIF($7, ''), NULLIF($8, 0),
+			CASE WHEN $9 = '' THEN 'ACTIVE' ELSE 'PAUSED' END, NULLIF($9, ''))
 		ON CONFLICT (id) DO NOTHING`,
-		p.ID, p.Name, usdParam(p.Budget), p.Strict, p.Repo, verify, opts.GitHubIssueRef, opts.InstallationID)
+		p.ID, p.Name, usdParam(p.Budget), p.Strict, p.Repo, verify, opts.GitHubIssueRef, opts.InstallationID, opts.PauseReason)
 	if err != nil {
 		if isUniqueViolation(err) {
 			return res, fmt.Errorf("import plan %s: issue %s already has a live plan: %w", p.ID, opts.GitHubIssueRef, ErrConflict)
@@ -191,6 +195,9 @@ func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) 
 	res.PlanCreated = tag.RowsAffected() == 1
 	if res.PlanCreated {
 		payload := withBy(map[string]any{"name": p.Name, "tasks": len(p.Tasks), "budget_usd": usdParam(p.Budget)}, opts.By)
+		if opts.PauseReason != "" {
+			payload["pause_reason"] = opts.PauseReason
+		}
 		if err := insertEvent(ctx, tx, p.ID, "", EventPlanCreated, payload, nil); err != nil {
 			return res, err
 		}
@@ -882,8 +889,9 @@ func (s *Store) ResetPlan(ctx context.Context, planID string, opts ResetOptions)
 		if err != nil {
 			return fmt.Errorf("reset tasks of plan %s: %w", planID, err)
 		}
+		// A plan awaiting approval stays paused: only ApprovePlan starts it.
 		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'ACTIVE', pause_reason = NULL, updated_at = now()
-			WHERE id = $1 AND status <> 'ACTIVE'`, planID); err != nil {
+			WHERE id = $1 AND status <> 'ACTIVE' AND pause_reason IS DISTINCT FROM 'approval'`, planID); err != nil {
 			return fmt.Errorf("reactivate plan %s: %w", planID, err)
 		}
 		if err := insertEvent(ctx, tx, planID, "", EventPlanReset, map[string]any{"tasks_reset": res.Reset, "from": status}, nil); err != nil {

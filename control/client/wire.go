@@ -165,6 +165,9 @@ type Plan struct {
 	Total     int                 `json:"total"`
 	CreatedAt time.Time           `json:"created_at"`
 	UpdatedAt time.Time           `json:"updated_at"`
+	// Digest is the plan's content digest while it awaits approval (pause_reason
+	// approval), on GET /v1/plans/{id}: what /whilly approve and plan approve take.
+	Digest string `json:"digest,omitempty"`
 }
 
 // LeaseRequest presents a lease: START and RELEASE (with an optional reason).
