@@ -189,7 +189,7 @@ func TestPlanPauseAndResume(t *testing.T) {
 	if _, err := st.PausePlan(ctx, "nope", ops); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("pause of an unknown plan: %v; want ErrNotFound", err)
 	}
-	if _, err := st.CancelPlan(ctx, "p", "test"); err != nil {
+	if _, err := st.CancelPlan(ctx, "p", "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	for name, f := range map[string]func(context.Context, string, queue.Actor) (queue.PlanChange, error){"pause": st.PausePlan, "resume": st.ResumePlan} {
