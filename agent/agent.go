@@ -73,6 +73,10 @@ type Request struct {
 	BudgetCap *plan.USD
 	Timeout   time.Duration // 0 means DefaultTimeout
 	Log       io.Writer     // receives the agent's whole stdout and stderr, secrets redacted line by line; may be nil
+	// Secrets are values the worker knows are secret (its own token, the claim's push
+	// token): masked wherever they appear in Log, on top of Redact's patterns, which a
+	// value glued to other text can slip past.
+	Secrets []string
 	// OnEgressDenied, when set, is told about each host the sandbox's proxy refused the
 	// agent (once per host and port). It is called from another goroutine.
 	OnEgressDenied func(sandbox.Denial)

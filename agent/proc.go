@@ -24,6 +24,7 @@ type procSpec struct {
 	env     []string
 	stdin   *string // nil: /dev/null
 	log     io.Writer
+	secrets []string // known secret values masked in log
 	timeout time.Duration
 	grace   time.Duration
 	maxOut  int  // stdout tail kept
@@ -116,7 +117,7 @@ func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 	// gone (below) it is stopped.
 	stopWatchdog := startWatchdog(cmd.Process.Pid, tag)
 
-	sink := &logSink{w: s.log}
+	sink := &logSink{w: s.log, secrets: s.secrets}
 	stdout := &tailBuffer{limit: s.maxOut}
 	stderr := &tailBuffer{limit: maxStderrBytes}
 	outLog, errLog := sink.stream(), sink.stream()
@@ -278,9 +279,10 @@ func (b *tailBuffer) Truncated() bool {
 // logSink serialises the output streams into Request.Log. A failing writer is dropped
 // after its first error: the log must never fail or block the attempt's bookkeeping.
 type logSink struct {
-	mu     sync.Mutex
-	w      io.Writer
-	failed bool
+	mu      sync.Mutex
+	w       io.Writer
+	secrets []string // masked on top of Redact (Request.Secrets)
+	failed  bool
 }
 
 func (l *logSink) write(p []byte) {
@@ -339,7 +341,7 @@ func (r *lineRedactor) flush() {
 }
 
 func (r *lineRedactor) emit(line []byte) {
-	s := string(line)
+	s := maskValues(string(line), r.sink.secrets)
 	if r.inKey {
 		loc := pemEnd.FindStringIndex(s)
 		if loc == nil {

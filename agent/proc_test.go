@@ -348,3 +348,38 @@ func TestTailBuffer(t *testing.T) {
 		t.Fatalf("after a big write tail = %q", got)
 	}
 }
+
+// TestKnownSecretsAreMaskedInLog: a secret the worker knows (its token, the push token)
+// glued to other text slips past Redact's patterns (\bghs_ needs a word boundary); passed
+// as Request.Secrets it is masked all the same, for process agents and the sim alike.
+func TestKnownSecretsAreMaskedInLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const push = "ghs_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+	const custom = "s3cr3t-value-without-a-known-shape"
+	cfg := testConfig()
+	cfg.Command = writeScript(t, dir, "agent", `echo "glued X`+push+`"
+echo "plain `+custom+` end"
+echo '{"result": "<promise>COMPLETE</promise>", "total_cost_usd": 0, "is_error": false}'
+`)
+	a, _ := New(NameCommand, cfg)
+	var log strings.Builder
+	if _, err := a.Run(testCtx(t), Request{Prompt: "p", WorkDir: dir, Log: &log}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), push) {
+		t.Fatalf("without Secrets the glued token is not masked; the test no longer shows the gap:\n%s", log.String())
+	}
+	log.Reset()
+	if _, err := a.Run(testCtx(t), Request{Prompt: "p", WorkDir: dir, Log: &log, Secrets: []string{push, custom, "short"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{push, custom, push[4:]} {
+		if strings.Contains(log.String(), secret) {
+			t.Errorf("the log leaks %q:\n%s", secret, log.String())
+		}
+	}
+	if !strings.Contains(log.String(), "glued X[REDACTED]") || !strings.Contains(log.String(), "plain [REDACTED] end") {
+		t.Errorf("the log lost its text around the secrets:\n%s", log.String())
+	}
+}

@@ -75,6 +75,21 @@ func Redact(s string) string {
 	return s
 }
 
+// minMaskedValue is the shortest known secret maskValues masks: a shorter value would
+// mask ordinary words.
+const minMaskedValue = 8
+
+// maskValues replaces every occurrence of each of values (known secrets, at least
+// minMaskedValue bytes) in s with [REDACTED].
+func maskValues(s string, values []string) string {
+	for _, v := range values {
+		if len(v) >= minMaskedValue && strings.Contains(s, v) {
+			s = strings.ReplaceAll(s, v, "[REDACTED]")
+		}
+	}
+	return s
+}
+
 func containsAny(s string, subs []string) bool {
 	for _, sub := range subs {
 		if strings.Contains(s, sub) {

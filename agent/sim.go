@@ -34,6 +34,9 @@ func (c SimConfig) validate() error {
 	return nil
 }
 
+// simLogEvery is how often the sim agent writes a progress line to its log while it runs.
+const simLogEvery = 250 * time.Millisecond
+
 // simAgent is no model at all, for demos, tests and benchmarks. It runs in process (no
 // fork, no pipes), so a benchmark measures whilly and not process start-up. Whether a run
 // fails is a pure function of the seed, the prompt and the environment (which holds the
@@ -56,17 +59,29 @@ func (a *simAgent) Run(ctx context.Context, req Request) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return simStopped(ReasonCancelled, fmt.Sprintf("cancelled before start: %v", context.Cause(ctx)), start), nil
 	}
+	// The sim's log goes through the redactor every adapter's output goes through.
+	log := (&logSink{w: req.Log, secrets: req.Secrets}).stream()
+	defer log.flush()
 	if a.cfg.Delay > 0 {
 		wait, timedOut := a.cfg.Delay, false
 		if timeout < wait {
 			wait, timedOut = timeout, true
 		}
+		log.write(fmt.Appendf(nil, "whilly sim agent: a simulation, no model runs; working for %s\n", a.cfg.Delay))
 		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return simStopped(ReasonCancelled, fmt.Sprintf("cancelled: %v", context.Cause(ctx)), start), nil
-		case <-t.C:
+		tick := time.NewTicker(simLogEvery)
+		defer tick.Stop()
+	working:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return simStopped(ReasonCancelled, fmt.Sprintf("cancelled: %v", context.Cause(ctx)), start), nil
+			case <-tick.C:
+				log.write(fmt.Appendf(nil, "whilly sim agent: working, %s of %s\n", time.Since(start).Round(time.Millisecond), a.cfg.Delay))
+			case <-t.C:
+				break working
+			}
 		}
 		if timedOut {
 			return simStopped(ReasonTimeout, fmt.Sprintf("the simulated run takes %s, more than the %s timeout", a.cfg.Delay, timeout), start), nil
@@ -92,9 +107,7 @@ func (a *simAgent) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	res.Excerpt = res.Text
 	res.Duration = time.Since(start)
-	if req.Log != nil {
-		_, _ = io.WriteString(req.Log, res.Text+"\n")
-	}
+	log.write([]byte(res.Text + "\n"))
 	return res, nil
 }
 

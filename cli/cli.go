@@ -153,7 +153,7 @@ func commandOf(cmd *cobra.Command) config.Command {
 		return config.Any
 	}
 	switch c := config.Command(path[1]); c {
-	case config.Serve, config.Run, config.Init, config.Forge, config.AppCmd, config.Doctor, config.Dashboard, config.Events:
+	case config.Serve, config.Run, config.Init, config.Forge, config.AppCmd, config.Doctor, config.Dashboard, config.Events, config.TaskCmd:
 		return c
 	case "worker":
 		if len(path) > 2 && path[2] == "register" {
@@ -212,6 +212,7 @@ or a usage error (unknown command or flag, wrong arguments, a flag value of the 
 		a.appCommand(),
 		a.benchCommand(),
 		a.eventsCommand(),
+		a.taskCommand(),
 		a.doctorCommand(),
 		a.versionCommand(),
 	)

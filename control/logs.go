@@ -61,9 +61,8 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request) {
 }
 
 // readLog answers what is kept of an attempt's log from ?after= on. With ?wait=S and
-// nothing new while the attempt runs, it waits up to S seconds for more, woken by the
-// listener (a log append, or an event of the plan that may end the attempt): a waiting
-// follower costs no query.
+// nothing new while the attempt runs, it waits up to S seconds for more
+// (queue.Store.WaitAttemptLog): a waiting follower costs no query.
 func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	planID, err := param(r, "plan")
 	if err != nil {
@@ -103,64 +102,18 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	deadline := time.Now().Add(wait)
-	var wake <-chan queue.Notification
 	if wait > 0 {
-		// Subscribed before the first read, so nothing appended in between is missed.
-		ch, cancel := s.listener.SubscribeLogs(func(nt queue.Notification) bool {
-			return nt.PlanID == planID && (nt.TaskID == taskID || nt.TaskID == "")
-		})
-		defer cancel()
-		wake = ch
 		_ = http.NewResponseController(w).SetWriteDeadline(deadline.Add(10 * time.Second))
 	}
-	for {
-		lg, err := s.store.ReadAttemptLog(r.Context(), planID, taskID, n, after)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if len(lg.Data) > 0 || !lg.Running || !s.waitLog(r, wake, deadline) {
-			writeJSON(w, http.StatusOK, logWire(lg))
-			return
-		}
-		n = lg.Attempt // keep following this attempt, whatever starts meanwhile
+	lg, err := s.store.WaitAttemptLog(r.Context(), s.listener, planID, taskID, n, after, deadline, s.draining)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-}
-
-// waitLog waits for a notification that may concern the followed log, until deadline; it
-// reports whether to read again.
-func (s *Server) waitLog(r *http.Request, wake <-chan queue.Notification, deadline time.Time) bool {
-	left := time.Until(deadline)
-	if wake == nil || left <= 0 {
-		return false
-	}
-	if !s.listener.Ready() {
-		left = min(left, degradedPoll) // no notification comes while LISTEN is down
-	}
-	t := time.NewTimer(left)
-	defer t.Stop()
-	select {
-	case <-wake:
-		return true
-	case <-t.C:
-		return time.Until(deadline) > 0
-	case <-r.Context().Done():
-		return false
-	case <-s.draining:
-		return false
-	}
+	writeJSON(w, http.StatusOK, logWire(lg))
 }
 
 func logWire(lg queue.AttemptLog) client.AttemptLog {
-	// Bytes cut at the window's start may begin inside a character: skip to the next one.
-	data := lg.Data
-	if lg.Offset > 0 {
-		i := 0
-		for i < len(data) && i < 3 && data[i]&0xC0 == 0x80 {
-			i++
-		}
-		data = data[i:]
-	}
-	return client.AttemptLog{PlanID: lg.PlanID, TaskID: lg.TaskID, Attempt: lg.Attempt, Offset: lg.Offset + int64(len(lg.Data)-len(data)),
-		NextOffset: lg.Size, Text: strings.ToValidUTF8(string(data), "\uFFFD"), Running: lg.Running, TaskStatus: lg.Status, UpdatedAt: lg.UpdatedAt}
+	return client.AttemptLog{PlanID: lg.PlanID, TaskID: lg.TaskID, Attempt: lg.Attempt, Offset: lg.Offset, NextOffset: lg.Size,
+		Text: strings.ToValidUTF8(string(lg.Data), "\uFFFD"), Running: lg.Running, TaskStatus: lg.Status, UpdatedAt: lg.UpdatedAt}
 }

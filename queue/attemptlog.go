@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -168,8 +169,11 @@ func (s *Store) ReadAttemptLog(ctx context.Context, planID, taskID string, n int
 		if out.Attempt == 0 {
 			out.Attempt = attempts
 		}
-		if out.Attempt == 0 || (out.Attempt > attempts && size == nil) {
-			return fmt.Errorf("task %s of plan %s has no attempt %d (it has run %d): %w", taskID, planID, max(out.Attempt, 1), attempts, ErrNotFound)
+		switch {
+		case attempts == 0 && size == nil:
+			return fmt.Errorf("task %s of plan %s has not run yet: %w", taskID, planID, ErrNotFound)
+		case out.Attempt > attempts && size == nil:
+			return fmt.Errorf("task %s of plan %s has no attempt %d, it has had %d: %w", taskID, planID, out.Attempt, attempts, ErrNotFound)
 		}
 		out.Running = live
 		out.Offset, out.Size = after, after
@@ -208,7 +212,57 @@ func (s *Store) ReadAttemptLog(ctx context.Context, planID, taskID string, n int
 		if first {
 			out.Offset = out.Size // nothing kept after the offset
 		}
+		// The window's first byte may lie inside a character: start at the next one.
+		for len(out.Data) > 0 && out.Offset > 0 && !utf8.RuneStart(out.Data[0]) {
+			out.Data, out.Offset = out.Data[1:], out.Offset+1
+		}
 		return nil
 	})
 	return out, err
+}
+
+// degradedLogPoll bounds each wait of WaitAttemptLog while the LISTEN connection is down.
+const degradedLogPoll = time.Second
+
+// WaitAttemptLog is ReadAttemptLog for a follower: when nothing follows after and the
+// attempt still runs, it waits until deadline for more, woken by ln (an append to the
+// task's log, or an event of its plan that may end the attempt), and reads again. It
+// answers with what it last read at the deadline, or when stop is closed. A waiting
+// follower costs no query. Attempt 0 follows the attempt that is latest at the first read.
+func (s *Store) WaitAttemptLog(ctx context.Context, ln *Listener, planID, taskID string, n int, after int64, deadline time.Time, stop <-chan struct{}) (AttemptLog, error) {
+	var wake <-chan Notification
+	if time.Until(deadline) > 0 {
+		// Subscribed before the first read, so nothing appended in between is missed.
+		ch, cancel := ln.SubscribeLogs(func(nt Notification) bool {
+			return nt.PlanID == planID && (nt.TaskID == taskID || nt.TaskID == "")
+		})
+		defer cancel()
+		wake = ch
+	}
+	for {
+		lg, err := s.ReadAttemptLog(ctx, planID, taskID, n, after)
+		if err != nil || len(lg.Data) > 0 || !lg.Running || wake == nil {
+			return lg, err
+		}
+		n = lg.Attempt
+		left := time.Until(deadline)
+		if left <= 0 {
+			return lg, nil
+		}
+		if !ln.Ready() {
+			left = min(left, degradedLogPoll) // no notification comes while LISTEN is down
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return lg, nil
+		case <-stop:
+			t.Stop()
+			return lg, nil
+		}
+		t.Stop()
+	}
 }

@@ -564,6 +564,11 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 	}
 	logFile, closeLog := w.openLog(t.PlanID, t.ID, t.Attempt)
 	defer closeLog()
+	// The log streams to the control plane while the agent runs (logstream.go).
+	stream := newLogStream(w.api, w.log.With("plan_id", t.PlanID, "task_id", t.ID, "attempt", t.Attempt), c)
+	streamCtx, stopStream := context.WithCancel(ctx)
+	var uploader sync.WaitGroup
+	uploader.Go(func() { stream.run(streamCtx) })
 	res, err := w.agent.Run(ctx, agent.Request{
 		Prompt:  prompt,
 		WorkDir: workDir,
@@ -572,9 +577,13 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 		Model:          w.cfg.Model,
 		BudgetCap:      c.Plan.RemainingUSD,
 		Timeout:        w.cfg.AgentTimeout,
-		Log:            logFile,
+		Log:            newFanOut(logFile, stream),
+		Secrets:        w.secrets(c),
 		OnEgressDenied: func(d sandbox.Denial) { w.egressDenied(ctx, c, d) },
 	})
+	stopStream()
+	uploader.Wait()
+	stream.finish(ctx)
 	if err == nil && res.Sandbox != "" {
 		w.attemptEvent(ctx, c, res)
 	}
@@ -587,6 +596,16 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 	}
 	res.ApplyVerify(agent.RunVerify(ctx, w.cfg.Sandbox, workDir, cmds, 0))
 	return res, nil
+}
+
+// secrets are the values the agent's log must never show, whatever their shape: the
+// worker's token and the claim's push token.
+func (w *Worker) secrets(c *client.Claim) []string {
+	out := []string{w.api.Token()}
+	if c.Workspace != nil && c.Workspace.Token != "" {
+		out = append(out, c.Workspace.Token)
+	}
+	return out
 }
 
 // Task event types the worker records while it holds the lease (SPEC §16).

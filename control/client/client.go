@@ -99,6 +99,10 @@ func (c *Client) WithToken(token string) *Client {
 	return &cp
 }
 
+// Token returns the token the client sends, for its holder to keep it out of what it
+// logs or shows.
+func (c *Client) Token() string { return c.token }
+
 // BaseURL returns the control plane's URL.
 func (c *Client) BaseURL() string { return c.base.String() }
 

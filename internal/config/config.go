@@ -71,6 +71,7 @@ const (
 	Doctor    Command = "doctor"
 	Dashboard Command = "dashboard"
 	Events    Command = "events"
+	TaskCmd   Command = "task"
 	Register  Command = "worker register"
 	Worker    Command = "whilly-worker"
 )
