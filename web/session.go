@@ -23,6 +23,8 @@ const (
 	signinCookie = "whilly_signin"
 	// csrfField is the form field of the CSRF token.
 	csrfField = "csrf"
+	// signinTokenLen is the length of the sign-in form's token (32 bytes, base64url).
+	signinTokenLen = 43
 	// maxFormBytes bounds a form post.
 	maxFormBytes = 16 << 10
 )
@@ -158,12 +160,19 @@ func (h *Handler) signinPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) renderSignin(w http.ResponseWriter, r *http.Request, status int, next, msg string) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		h.fail(w, r, http.StatusInternalServerError, "The sign-in page could not be made; try again.")
-		return
+	// Keep the token of an earlier sign-in page: a second one (another tab, the browser's
+	// own request for /favicon.ico) must not void the form already shown.
+	var tok string
+	if c, err := r.Cookie(signinCookie); err == nil && len(c.Value) == signinTokenLen {
+		tok = c.Value
+	} else {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			h.fail(w, r, http.StatusInternalServerError, "The sign-in page could not be made; try again.")
+			return
+		}
+		tok = base64.RawURLEncoding.EncodeToString(b)
 	}
-	tok := base64.RawURLEncoding.EncodeToString(b)
 	h.setCookie(w, r, signinCookie, tok, time.Hour)
 	w.Header().Set("Cache-Control", "no-store")
 	h.render(w, r, status, "signin", frame{Title: "Sign in", Page: signinView{Next: safeNext(next), CSRF: tok, Error: msg}})

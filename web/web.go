@@ -119,6 +119,7 @@ func (h *Handler) Handle(pattern string, handler http.Handler) { h.mux.Handle(pa
 func (h *Handler) routes() {
 	static, _ := fs.Sub(staticFiles, "static") // the directory is embedded: cannot fail
 	h.mux.Handle("GET /static/", http.StripPrefix("/static/", cacheStatic(http.FileServerFS(static))))
+	h.mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	h.mux.HandleFunc("GET /signin", h.signinPage)
 	h.mux.HandleFunc("POST /signin", h.signin)
 	h.mux.Handle("POST /signout", h.RequireSession(h.requireCSRF(http.HandlerFunc(h.signout))))
