@@ -36,10 +36,12 @@ type MirrorArgs struct {
 func (MirrorArgs) Kind() string { return KindMirror }
 
 // InsertOpts makes mirror jobs unique per plan in every state but completed, cancelled
-// and discarded: a change while a job waits or runs joins that job.
+// and discarded: a change while a job waits or runs joins that job. Deliveries go first
+// (priority 2): intake is what a person who just labelled an issue waits for.
 func (MirrorArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       queue.QueueGitHub,
+		Priority:    2,
 		MaxAttempts: 25,
 		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
 			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,

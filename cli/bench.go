@@ -31,6 +31,7 @@ the audit log, which is append-only. Results are printed as a table, then one ke
 line, always the last.`,
 	}
 	cmd.AddCommand(a.benchClaims(), a.benchE2E())
+	cmd.AddCommand(a.benchIntake(), a.benchScale())
 	return cmd
 }
 

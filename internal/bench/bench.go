@@ -199,6 +199,7 @@ type env struct {
 	// github is the fake GitHub of the serve configuration; nil without hooks. The
 	// scratch plans are then taken in from its issues, so the mirror has work.
 	github   *fakegithub.GitHub
+	secret   []byte       // the App's webhook secret, with github
 	problems atomic.Int64 // what the fake would fail a test on (an unknown route …)
 	issues   int
 	plans    []string
@@ -300,9 +301,9 @@ func (e *env) startGitHub(ctx context.Context) (ServeOptions, error) {
 		return ServeOptions{}, fmt.Errorf("start the fake GitHub: %w", err)
 	}
 	g.Install(benchInstallation, benchRepo)
-	e.github = g
+	e.github, e.secret = g, []byte("whilly-bench-"+e.suffix)
 	return ServeOptions{
-		GitHub: &GitHubApp{APIURL: g.URL(), AppID: g.AppID, PrivateKeyPEM: string(g.KeyPEM), WebhookSecret: "whilly-bench-" + e.suffix},
+		GitHub: &GitHubApp{APIURL: g.URL(), AppID: g.AppID, PrivateKeyPEM: string(g.KeyPEM), WebhookSecret: string(e.secret)},
 		TRIZ:   true,
 	}, nil
 }

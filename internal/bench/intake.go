@@ -1,0 +1,370 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/fakegithub"
+)
+
+// IntakeOptions are the intake benchmark's knobs.
+type IntakeOptions struct {
+	Issues  int     // labelled issues delivered (one plan each)
+	Workers int     // sim workers waiting in long-poll
+	Rate    float64 // deliveries per second
+	Tasks   int     // tasks in each issue's task list
+}
+
+// IntakeResult is what the intake benchmark measured, from the POST of a delivery to
+// /webhook to (a) the 👀 reaction arriving at the fake GitHub and (b) a worker holding
+// the first claimed task of the issue's plan.
+type IntakeResult struct {
+	Issues    int     `json:"issues"`
+	Workers   int     `json:"workers"`
+	Rate      float64 `json:"rate_per_s"`
+	EyesP50Ms float64 `json:"eyes_p50_ms"`
+	EyesP99Ms float64 `json:"eyes_p99_ms"`
+	EyesMaxMs float64 `json:"eyes_max_ms"`
+	// Claim: to the first task of the plan claimed.
+	ClaimP50Ms float64 `json:"claim_p50_ms"`
+	ClaimP99Ms float64 `json:"claim_p99_ms"`
+	ClaimMaxMs float64 `json:"claim_max_ms"`
+	// Problems are requests the fake GitHub would fail a test on (unknown routes …).
+	Problems int64 `json:"problems"`
+}
+
+// Intake runs the serve configuration (the GitHub App on a fake GitHub in this process)
+// with o.Workers sim workers waiting in long-poll, delivers o.Issues signed
+// issues.labeled (whilly-pending) deliveries to POST /webhook at o.Rate a second, and
+// times each issue from its POST to its 👀 reaction and to its plan's first claim. The
+// whole path runs: webhook → River job → intake → plan → claim.
+func Intake(ctx context.Context, s Setup, o IntakeOptions) (IntakeResult, error) {
+	res := IntakeResult{Issues: o.Issues, Workers: o.Workers, Rate: o.Rate}
+	e, err := open(ctx, s, true)
+	if err != nil {
+		return res, err
+	}
+	defer e.close(ctx)
+	l := e.newLoad([]int64{benchInstallation}, o.Issues, o.Tasks)
+	ws, err := e.registerWorkers(ctx, o.Workers, nil)
+	if err != nil {
+		return res, err
+	}
+	s.progressf("intake: %d workers wait in long-poll; %d issues labelled at %.0f/s", o.Workers, o.Issues, o.Rate)
+	runCtx, stop := context.WithCancel(ctx)
+	done := l.work(runCtx, ws, 0)
+	if err := e.waitQuiet(ctx, 500*time.Millisecond, 10*time.Second); err != nil {
+		stop()
+		return res, err
+	}
+	err = l.deliver(ctx, o.Rate)
+	if err == nil {
+		err = l.waitFirstClaims(ctx, 60*time.Second+time.Duration(float64(o.Issues)/o.Rate*float64(time.Second)))
+	}
+	stop()
+	if werr := <-done; err == nil {
+		err = werr
+	}
+	e.plans = append(e.plans, l.planIDs(ctx)...)
+	if err != nil {
+		return res, err
+	}
+	eyes, err := l.eyes()
+	if err != nil {
+		return res, err
+	}
+	claims := l.firstClaims()
+	res.EyesP50Ms, res.EyesP99Ms, res.EyesMaxMs = ms(percentile(eyes, 0.5)), ms(percentile(eyes, 0.99)), ms(percentile(eyes, 1))
+	res.ClaimP50Ms, res.ClaimP99Ms, res.ClaimMaxMs = ms(percentile(claims, 0.5)), ms(percentile(claims, 0.99)), ms(percentile(claims, 1))
+	res.Problems = e.problems.Load()
+	return res, nil
+}
+
+// load is a set of issues across installations of the fake GitHub, labelled
+// whilly-pending through signed deliveries, and the sim workers that run their plans.
+type load struct {
+	e      *env
+	issues []*benchIssue
+	byRef  map[string]*benchIssue
+	sender string
+
+	mu          sync.Mutex
+	transitions int // task transitions the sim workers made (claim, start, complete)
+}
+
+type benchIssue struct {
+	inst   int64
+	repo   string
+	number int
+	body   string
+
+	labelled time.Time // the delivery's POST was sent
+	claimed  time.Time // the first task of its plan was claimed (zero: not yet)
+	planID   string
+}
+
+// newLoad puts issues issues (each with a task list of tasks items) in a repository of
+// each installation of insts, round-robin, so that deliveries alternate installations.
+func (e *env) newLoad(insts []int64, issues, tasks int) *load {
+	l := &load{e: e, byRef: map[string]*benchIssue{}, sender: "octo-maintainer"}
+	repos := map[int64]string{}
+	for _, inst := range insts {
+		repos[inst] = fmt.Sprintf("whilly-bench-%d/load-%s", inst, e.suffix)
+		e.github.Install(inst, repos[inst])
+		e.github.SetPermission(repos[inst], l.sender, "write")
+	}
+	body := issueBody(tasks)
+	for i := range issues {
+		inst := insts[i%len(insts)]
+		b := &benchIssue{inst: inst, repo: repos[inst], number: i/len(insts) + 1, body: body}
+		e.github.AddIssue(b.repo, b.number, fmt.Sprintf("whilly bench issue %d", i+1), body, l.sender, app.LabelPending)
+		l.issues = append(l.issues, b)
+		l.byRef[fmt.Sprintf("%s#%d", b.repo, b.number)] = b
+	}
+	return l
+}
+
+// issueBody is an issue with a task list of n items, acceptance criteria and test steps:
+// intake plans it from the text (no planner), n tasks the gate allows.
+func issueBody(n int) string {
+	var b strings.Builder
+	b.WriteString("The bench needs this done, in small steps.\n\n")
+	for i := range n {
+		fmt.Fprintf(&b, "- [ ] Update section %d of docs/bench.md with the measured figure\n", i+1)
+	}
+	b.WriteString("\n## Acceptance criteria\n- docs/bench.md has every section updated\n\n## Test steps\n- grep -c TODO docs/bench.md prints 0\n")
+	return b.String()
+}
+
+// payload is the issues.labeled delivery GitHub sends when a person puts whilly-pending
+// on the issue.
+func (l *load) payload(b *benchIssue) ([]byte, error) {
+	owner, name, _ := strings.Cut(b.repo, "/")
+	user := map[string]any{"login": l.sender, "id": 583231, "type": "User"}
+	p := map[string]any{
+		"action": "labeled",
+		"label":  map[string]any{"name": app.LabelPending, "color": "ededed"},
+		"issue": map[string]any{
+			"number": b.number, "title": fmt.Sprintf("whilly bench issue %s#%d", b.repo, b.number), "body": b.body,
+			"state": "open", "user": user, "labels": []map[string]any{{"name": app.LabelPending}},
+		},
+		"repository": map[string]any{
+			"name": name, "full_name": b.repo, "private": false,
+			"owner": map[string]any{"login": owner, "type": "Organization"},
+		},
+		"installation": map[string]any{"id": b.inst},
+		"sender":       user,
+	}
+	out, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode the issues.labeled payload: %w", err)
+	}
+	return out, nil
+}
+
+// deliver POSTs one signed delivery per issue to /webhook, rate a second, in order.
+func (l *load) deliver(ctx context.Context, rate float64) error {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	interval := time.Duration(float64(time.Second) / rate)
+	begin := time.Now()
+	for i, b := range l.issues {
+		if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		body, err := l.payload(b)
+		if err != nil {
+			return err
+		}
+		req, err := fakegithub.WebhookRequest(ctx, l.e.base+"/webhook", l.e.secret, "issues",
+			fmt.Sprintf("bench-%s-%d", l.e.suffix, i+1), body)
+		if err != nil {
+			return err
+		}
+		l.mu.Lock()
+		b.labelled = time.Now()
+		l.mu.Unlock()
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("deliver issues.labeled for %s#%d: %w", b.repo, b.number, err)
+		}
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		_ = resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return fmt.Errorf("deliver issues.labeled for %s#%d: HTTP %d: %s", b.repo, b.number, resp.StatusCode, bytes.TrimSpace(msg))
+		}
+	}
+	return nil
+}
+
+// work runs a sim worker loop per worker until ctx ends: claim any task (long-poll),
+// start it, hold it for taskTime (±50 %; 0: complete at once), complete it. The first
+// claim of each issue's plan is timed. The channel gets the first error, or nil.
+func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) <-chan error {
+	var (
+		wg    sync.WaitGroup
+		first firstErr
+	)
+	for i, w := range ws {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				c, err := w.api.Claim(ctx, client.ClaimRequest{WaitSeconds: 5})
+				if err != nil || c == nil {
+					if err != nil && ctx.Err() == nil {
+						first.set(fmt.Errorf("sim worker %d: %w", i+1, err))
+						return
+					}
+					continue
+				}
+				l.claimed(c.Plan.GitHubIssueRef, c.Plan.ID, time.Now())
+				if err := l.run(ctx, w, c, taskTime); err != nil {
+					if ctx.Err() == nil {
+						first.set(fmt.Errorf("sim worker %d: %w", i+1, err))
+					}
+					return
+				}
+			}
+		})
+	}
+	out := make(chan error, 1)
+	go func() {
+		wg.Wait()
+		out <- first.get()
+	}()
+	return out
+}
+
+// run starts, holds and completes a claimed task as whilly-worker's sim agent would
+// (changing nothing in the workspace).
+func (l *load) run(ctx context.Context, w worker, c *client.Claim, taskTime time.Duration) error {
+	transitions := 2 // the claim and the completion
+	if taskTime > 0 {
+		if _, err := w.api.Start(ctx, c.Plan.ID, c.Task.ID, client.LeaseRequest{LeaseID: c.Lease.ID}); err != nil {
+			return err
+		}
+		transitions++
+		hold := taskTime/2 + rand.N(taskTime)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(hold):
+		}
+	}
+	_, err := w.api.Complete(ctx, c.Plan.ID, c.Task.ID, client.CompleteRequest{LeaseID: c.Lease.ID, NoChanges: true,
+		Result: "sim: nothing to change"})
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.transitions += transitions
+	l.mu.Unlock()
+	return nil
+}
+
+// claimed notes a claim of a task of plan planID, the plan of issue ref.
+func (l *load) claimed(ref, planID string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.byRef[ref]; b != nil && b.claimed.IsZero() {
+		b.claimed, b.planID = at, planID
+	}
+}
+
+// waitFirstClaims waits until every issue's plan has had a task claimed, at most limit.
+func (l *load) waitFirstClaims(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		l.mu.Lock()
+		left := 0
+		for _, b := range l.issues {
+			if b.claimed.IsZero() {
+				left++
+			}
+		}
+		l.mu.Unlock()
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d issues had no task claimed after %v (is intake failing? run with WHILLY_LOG_LEVEL=debug)", left, len(l.issues), limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// firstClaims are the label-to-first-claim times of the issues whose plan had a claim,
+// sorted.
+func (l *load) firstClaims() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []time.Duration
+	for _, b := range l.issues {
+		if !b.claimed.IsZero() {
+			out = append(out, b.claimed.Sub(b.labelled))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// eyes are the label-to-👀 times, sorted, from the fake's record of the reaction
+// requests it answered.
+func (l *load) eyes() ([]time.Duration, error) {
+	at := map[string]time.Time{}
+	for _, r := range l.e.github.Requests() {
+		if r.Method != http.MethodPost || r.Status >= 300 || !strings.HasSuffix(r.Path, "/reactions") {
+			continue
+		}
+		// /repos/OWNER/NAME/issues/N/reactions
+		parts := strings.Split(strings.TrimPrefix(r.Path, "/repos/"), "/")
+		if len(parts) != 5 || parts[2] != "issues" {
+			continue
+		}
+		ref := parts[0] + "/" + parts[1] + "#" + parts[3]
+		if _, seen := at[ref]; !seen {
+			at[ref] = r.At
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]time.Duration, 0, len(l.issues))
+	for _, b := range l.issues {
+		t, ok := at[b.repo+"#"+strconv.Itoa(b.number)]
+		if !ok {
+			return nil, fmt.Errorf("issue %s#%d never got its 👀 reaction", b.repo, b.number)
+		}
+		out = append(out, t.Sub(b.labelled))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// planIDs are the plans the intake made, for close to delete.
+func (l *load) planIDs(ctx context.Context) []string {
+	var out []string
+	for _, b := range l.issues {
+		if pi, err := l.e.store.IssuePlan(ctx, fmt.Sprintf("%s#%d", b.repo, b.number)); err == nil {
+			out = append(out, pi.ID)
+		}
+	}
+	return out
+}

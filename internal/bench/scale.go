@@ -1,0 +1,186 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/internal/fakegithub"
+)
+
+// ScaleOptions are the scale benchmark's knobs.
+type ScaleOptions struct {
+	Installations int           // GitHub App installations, one repository each
+	Issues        int           // labelled issues per installation
+	Tasks         int           // tasks in each issue's task list
+	Workers       int           // sim workers
+	TaskTime      time.Duration // how long a sim worker holds a task (±50 %)
+	Rate          float64       // deliveries per second, alternating installations
+	Timeout       time.Duration // how long the plans may take to finish
+}
+
+// ScaleResult is what the scale benchmark measured.
+type ScaleResult struct {
+	Installations int     `json:"installations"`
+	Issues        int     `json:"issues"`
+	IssuesDone    int     `json:"issues_done"`
+	TasksDone     int     `json:"tasks_done"`
+	Workers       int     `json:"workers"`
+	Seconds       float64 `json:"seconds"`
+	// Transitions are the task transitions the sim workers made (claim, start, complete);
+	// Writes the content writes the fake GitHub accepted from the installations.
+	Transitions         int     `json:"transitions"`
+	Writes              int     `json:"writes"`
+	WritesPerTransition float64 `json:"writes_per_transition"`
+	// MaxWritesPerMinute is the most writes any installation made in any 60 s, against
+	// WriteLimit (GitHub's secondary limit, which the fake enforces).
+	MaxWritesPerMinute int `json:"max_writes_per_minute"`
+	WriteLimit         int `json:"write_limit"`
+	// RateLimited counts the fake's 403/429 rate-limit answers.
+	RateLimited int `json:"rate_limited"`
+	// Fairness: the median label-to-first-claim time of each installation's issues; the
+	// fastest and slowest of those medians, and slowest / fastest.
+	FastestMedianMs float64 `json:"fastest_median_ms"`
+	SlowestMedianMs float64 `json:"slowest_median_ms"`
+	Spread          float64 `json:"spread"`
+	FirstClaimP50Ms float64 `json:"first_claim_p50_ms"`
+	FirstClaimP99Ms float64 `json:"first_claim_p99_ms"`
+	Problems        int64   `json:"problems"`
+}
+
+// Scale runs the serve configuration against a fake GitHub that enforces GitHub's
+// per-installation limits, labels o.Issues issues in each of o.Installations
+// installations (deliveries alternate installations, at o.Rate a second) while o.Workers
+// sim workers run every task for about o.TaskTime, and waits until every plan is done
+// and its issue says so. It counts the GitHub writes, the busiest installation's writes
+// per minute, the rate-limit answers, and how evenly installations got their first task
+// claimed.
+func Scale(ctx context.Context, s Setup, o ScaleOptions) (ScaleResult, error) {
+	res := ScaleResult{Installations: o.Installations, Issues: o.Installations * o.Issues, Workers: o.Workers}
+	e, err := open(ctx, s, true)
+	if err != nil {
+		return res, err
+	}
+	defer e.close(ctx)
+	limits := fakegithub.GitHubLimits()
+	e.github.SetLimits(limits)
+	res.WriteLimit = limits.SecondaryPerMinute
+	insts := make([]int64, o.Installations)
+	for i := range insts {
+		insts[i] = int64(100_001 + i)
+	}
+	l := e.newLoad(insts, res.Issues, o.Tasks)
+	ws, err := e.registerWorkers(ctx, o.Workers, nil)
+	if err != nil {
+		return res, err
+	}
+	s.progressf("scale: %d installations × %d issues of %d tasks, %d sim workers holding a task ~%v, GitHub's limits on",
+		o.Installations, o.Issues, o.Tasks, o.Workers, o.TaskTime)
+	runCtx, stop := context.WithCancel(ctx)
+	done := l.work(runCtx, ws, o.TaskTime)
+	begin := time.Now()
+	if err = e.waitQuiet(ctx, 500*time.Millisecond, 10*time.Second); err == nil {
+		err = l.deliver(ctx, o.Rate)
+	}
+	if err == nil {
+		s.progressf("scale: %d issues labelled in %.1fs; waiting for every plan and issue to be done", res.Issues, time.Since(begin).Seconds())
+		err = l.waitDone(ctx, o.Timeout, &res)
+	}
+	res.Seconds = time.Since(begin).Seconds()
+	stop()
+	if werr := <-done; err == nil {
+		err = werr
+	}
+	e.plans = append(e.plans, l.planIDs(ctx)...)
+	if err != nil {
+		return res, err
+	}
+	l.mu.Lock()
+	res.Transitions = l.transitions
+	l.mu.Unlock()
+	for _, r := range e.github.Requests() {
+		switch {
+		case r.Limited || r.Status == http.StatusTooManyRequests:
+			res.RateLimited++
+		case r.Installation != 0 && r.Write() && r.Status < 300:
+			res.Writes++
+		}
+	}
+	if res.Transitions > 0 {
+		res.WritesPerTransition = float64(res.Writes) / float64(res.Transitions)
+	}
+	for _, n := range e.github.WritesPerMinute() {
+		res.MaxWritesPerMinute = max(res.MaxWritesPerMinute, n)
+	}
+	l.fairness(&res)
+	res.Problems = e.problems.Load()
+	return res, nil
+}
+
+// waitDone waits until every issue's plan is DONE and the issue carries whilly-done, at
+// most limit, and counts what is done.
+func (l *load) waitDone(ctx context.Context, limit time.Duration, res *ScaleResult) error {
+	refs := make([]string, len(l.issues))
+	for i, b := range l.issues {
+		refs[i] = fmt.Sprintf("%s#%d", b.repo, b.number)
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		err := l.e.pool.QueryRow(ctx, `SELECT count(DISTINCT p.id), coalesce(sum(t.n), 0) FROM plans p
+			CROSS JOIN LATERAL (SELECT count(*) AS n FROM tasks WHERE plan_id = p.id AND status = 'DONE') t
+			WHERE p.github_issue_ref = ANY($1) AND p.status = 'DONE'`, refs).Scan(&res.IssuesDone, &res.TasksDone)
+		if err != nil {
+			return fmt.Errorf("count the plans done: %w", err)
+		}
+		labelled := 0
+		if res.IssuesDone == len(refs) {
+			for _, b := range l.issues {
+				if slices.Contains(l.e.github.IssueLabels(b.repo, b.number), app.LabelDone) {
+					labelled++
+				}
+			}
+			if labelled == len(refs) {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v, %d of %d plans are done and %d issues say so (raise --timeout, or look for errors with WHILLY_LOG_LEVEL=debug)",
+				limit, res.IssuesDone, len(refs), labelled)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// fairness fills in the spread of label-to-first-claim medians across installations.
+func (l *load) fairness(res *ScaleResult) {
+	l.mu.Lock()
+	byInst := map[int64][]time.Duration{}
+	for _, b := range l.issues {
+		if !b.claimed.IsZero() {
+			byInst[b.inst] = append(byInst[b.inst], b.claimed.Sub(b.labelled))
+		}
+	}
+	l.mu.Unlock()
+	var medians []time.Duration
+	for _, ds := range byInst {
+		slices.Sort(ds)
+		medians = append(medians, percentile(ds, 0.5))
+	}
+	slices.Sort(medians)
+	if len(medians) == 0 {
+		return
+	}
+	res.FastestMedianMs, res.SlowestMedianMs = ms(medians[0]), ms(medians[len(medians)-1])
+	if medians[0] > 0 {
+		res.Spread = float64(medians[len(medians)-1]) / float64(medians[0])
+	}
+	all := l.firstClaims()
+	res.FirstClaimP50Ms, res.FirstClaimP99Ms = ms(percentile(all, 0.5)), ms(percentile(all, 0.99))
+}
