@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -238,7 +239,11 @@ func (m *Mirror) sync(ctx context.Context, st queue.MirrorState, verify bool) (q
 	if err != nil {
 		return queue.MirrorSync{}, err
 	}
-	body := RenderStatus(StatusView{Plan: pi, Tasks: tasks, PublicURL: m.cfg.PublicURL, Source: st.Source, Notes: st.Notes, Pull: pr})
+	view := StatusView{Plan: pi, Tasks: tasks, PublicURL: m.cfg.PublicURL, Source: st.Source, Notes: st.Notes, Pull: pr}
+	if err := m.pauseView(ctx, &view); err != nil {
+		return queue.MirrorSync{}, err
+	}
+	body := RenderStatus(view)
 	sum := sha256.Sum256([]byte(body))
 	if verify || pi.CommentID == 0 || !bytes.Equal(sum[:], st.BodySHA256) {
 		if err := m.writeComment(ctx, c, ref, pi, body, verify); err != nil {
@@ -349,4 +354,18 @@ func (m *Mirror) writeComment(ctx context.Context, c Client, ref IssueRef, pi qu
 		}
 	}
 	return m.store.SetStatusComment(ctx, planID, id)
+}
+
+// pauseView adds to the view what the comment says about pauses: the fleet's, and the
+// digest of a plan awaiting approval.
+func (m *Mirror) pauseView(ctx context.Context, v *StatusView) error {
+	f, err := m.store.GetFleet(ctx)
+	if err != nil {
+		return err
+	}
+	v.FleetPaused = f.Paused
+	if v.Plan.Status == plan.PlanPaused && v.Plan.PauseReason == queue.PauseApproval {
+		v.Digest = queue.DigestOf(v.Plan, v.Tasks)
+	}
+	return nil
 }

@@ -22,6 +22,11 @@ type StatusView struct {
 	Source    string   // where the plan came from (intake source)
 	Notes     []string // the intake's notes, e.g. ignored verify commands
 	Pull      *queue.PullRequest
+	// FleetPaused: an operator paused the whole fleet (no new task starts anywhere).
+	FleetPaused bool
+	// Digest is the plan's content digest (queue.DigestOf) while it awaits approval; the
+	// comment shows the /whilly approve line that starts it.
+	Digest string
 }
 
 // maxRows bounds the task table; GitHub caps a comment at 65,536 characters.
@@ -51,6 +56,7 @@ func RenderStatus(v StatusView) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("%s\n", Marker(p.ID))
 	w("### %s\n\n", headline(p))
+	pauseNotes(w, v)
 
 	counts := map[plan.Status]int{}
 	for _, t := range v.Tasks {
@@ -166,6 +172,9 @@ func headline(p queue.PlanInfo) string {
 		if p.PauseReason == "budget" {
 			return "💸 whilly: paused, budget exhausted — raise it with `/whilly budget USD`"
 		}
+		if p.PauseReason == queue.PauseApproval {
+			return "⏸️ whilly: awaiting approval"
+		}
 		return "⏸️ whilly: paused"
 	case plan.PlanDone:
 		return "✅ whilly: done"
@@ -268,4 +277,61 @@ func oneLine(s string, n int) string {
 // dashboardURL is the plan's page on the web dashboard (web.PlanPath).
 func dashboardURL(public, planID string) string {
 	return strings.TrimRight(public, "/") + "/plans/" + url.PathEscape(planID)
+}
+
+// pauseNotes says that the fleet is paused (never by whom: an operator's name is not the
+// issue's business) and, for a plan awaiting approval, how to approve it: the digest binds
+// the approval to the plan shown below it.
+func pauseNotes(w func(format string, args ...any), v StatusView) {
+	live := v.Plan.Status == plan.PlanActive || v.Plan.Status == plan.PlanPaused
+	if v.FleetPaused && live {
+		w("> [!WARNING]\n> whilly is paused by its operator: no new task starts until it resumes; running tasks finish.\n\n")
+	}
+	if v.Digest != "" && v.Plan.Status == plan.PlanPaused && v.Plan.PauseReason == queue.PauseApproval {
+		w("> [!IMPORTANT]\n> This plan waits for approval. A collaborator with write access reviews the tasks below, then comments:\n>\n> ```\n> /whilly approve %s\n> ```\n>\n> The digest covers every task as the agent will get it; if the plan changes, the digest changes and an older one is refused.\n\n", v.Digest)
+		w("<details><summary>The plan to approve: %d tasks as the agent will get them</summary>\n\n%s\n</details>\n\n", len(v.Tasks), fenced(reviewText(v.Plan, v.Tasks)))
+	}
+}
+
+// maxReview bounds the plan shown for review in the status comment.
+const maxReview = 30_000
+
+// reviewText is the plan as a reviewer reads it before approving: every field the digest
+// covers, task by task in file order. Past maxReview bytes it is cut, and says where the
+// whole plan is.
+func reviewText(p queue.PlanInfo, tasks []queue.TaskInfo) string {
+	var b strings.Builder
+	if p.Repo != "" {
+		fmt.Fprintf(&b, "repository: %s\n", p.Repo)
+	}
+	for _, v := range p.Verify {
+		fmt.Fprintf(&b, "verify %s (required %t): %s\n", v.Name, v.Required, v.Command)
+	}
+	list := func(name string, items []string) {
+		for _, it := range items {
+			fmt.Fprintf(&b, "  %s: %s\n", name, it)
+		}
+	}
+	for _, t := range tasks {
+		if b.Len() > maxReview {
+			fmt.Fprintf(&b, "\n[… cut: the whole plan is too long for a comment; read it with `whilly plan export %s`]\n", p.ID)
+			break
+		}
+		fmt.Fprintf(&b, "\n%s (%s, at most %d attempts)", t.ID, t.Priority, t.MaxAttempts)
+		if len(t.Dependencies) > 0 {
+			fmt.Fprintf(&b, " after %s", strings.Join(t.Dependencies, ", "))
+		}
+		b.WriteString("\n")
+		for _, line := range strings.Split(strings.TrimRight(t.Description, "\n"), "\n") {
+			fmt.Fprintf(&b, "  | %s\n", line)
+		}
+		list("criterion", t.AcceptanceCriteria)
+		list("test", t.TestSteps)
+		list("key file", t.KeyFiles)
+		list("needs label", t.Labels)
+		if t.PRDRequirement != "" {
+			fmt.Fprintf(&b, "  requirement: %s\n", t.PRDRequirement)
+		}
+	}
+	return strings.TrimLeft(b.String(), "\n")
 }

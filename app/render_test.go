@@ -57,7 +57,19 @@ func views() map[string]app.StatusView {
 	for i := range 120 {
 		many = append(many, task(fmt.Sprintf("T%03d", i+1), plan.StatusDone, 1, "0.01", "w-1"))
 	}
+	awaiting := base
+	awaiting.Status, awaiting.PauseReason = plan.PlanPaused, queue.PauseApproval
+	review1 := task("AUTH-1", plan.StatusPending, 0, "0", "")
+	review1.Priority, review1.Description = plan.PriorityHigh, "Add rate limiting to the /login handler\n(5 attempts per minute per IP)"
+	review1.AcceptanceCriteria, review1.TestSteps, review1.KeyFiles = []string{"the 6th attempt within 60 s returns 429"},
+		[]string{"go test ./app -run TestLoginRateLimit"}, []string{"app/login.go"}
+	review2 := task("AUTH-2", plan.StatusPending, 0, "0", "")
+	review2.Priority, review2.Dependencies, review2.Description = plan.PriorityMedium, []string{"AUTH-1"},
+		"Return Retry-After\n```\n@everyone <!-- closes the fence? -->"
 	return map[string]app.StatusView{
+		"awaiting_approval": {Plan: awaiting, Source: app.SourceBlock, Digest: "5f0c2e4b8a7d9c1e3f5a7b9d1c3e5f7a9b1d3f5e7a9c1b3d5f7e9a1c3b5d7f90",
+			Tasks: []queue.TaskInfo{review1, review2}},
+		"fleet_paused": {Plan: active, FleetPaused: true, Tasks: []queue.TaskInfo{task("AUTH-1", plan.StatusInProgress, 1, "0", "w-1")}},
 		"active": {Plan: active, PublicURL: "https://whilly.example.com/", Source: app.SourceBlock,
 			Notes: []string{"The plan block's 1 verify command(s) were ignored: commands from an issue never run on workers."},
 			Tasks: []queue.TaskInfo{task("AUTH-1", plan.StatusDone, 1, "0.22", "w-lap-1"), failing,
@@ -163,10 +175,15 @@ func TestStatusCommentInvariants(t *testing.T) {
 	}
 }
 
+// lastErrors is the task text the comment shows fenced: last errors, and the whole task
+// while the plan awaits approval.
 func lastErrors(v app.StatusView) []string {
 	var out []string
 	for _, t := range v.Tasks {
 		out = append(out, t.LastError)
+		if v.Digest != "" {
+			out = append(out, t.Description)
+		}
 	}
 	return out
 }

@@ -6,7 +6,7 @@ import (
 
 // Command is a /whilly comment command.
 type Command struct {
-	Name string   // status, retry, cancel, budget, help, or unknown
+	Name string   // status, retry, cancel, budget, help, pause, resume, approve, or unknown
 	Args []string // at most maxArgs
 }
 
@@ -17,6 +17,9 @@ const (
 	CmdCancel  = "cancel"
 	CmdBudget  = "budget"
 	CmdHelp    = "help"
+	CmdPause   = "pause"
+	CmdResume  = "resume"
+	CmdApprove = "approve"
 	CmdUnknown = "unknown" // Args[0] is what was typed
 )
 
@@ -56,7 +59,7 @@ func ParseCommand(body string) (Command, bool) {
 			args = args[:maxArgs]
 		}
 		switch name {
-		case CmdStatus, CmdRetry, CmdCancel, CmdBudget, CmdHelp:
+		case CmdStatus, CmdRetry, CmdCancel, CmdBudget, CmdHelp, CmdPause, CmdResume, CmdApprove:
 			return Command{Name: name, Args: args}, true
 		}
 		return Command{Name: CmdUnknown, Args: []string{f[0]}}, true

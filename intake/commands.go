@@ -20,6 +20,9 @@ const HelpText = `**whilly commands** (for collaborators with write access):
 - ` + "`/whilly retry [TASK]`" + ` — run the failed or cancelled tasks (or TASK) again
 - ` + "`/whilly cancel`" + ` — cancel the plan (so does closing the issue, by a collaborator with write access)
 - ` + "`/whilly budget USD`" + ` — set the plan's budget cap (` + "`+USD`" + ` raises it); a plan paused on its budget resumes
+- ` + "`/whilly pause`" + ` — start no new task of the plan (running ones finish)
+- ` + "`/whilly resume`" + ` — resume a plan paused with ` + "`/whilly pause`" + `
+- ` + "`/whilly approve DIGEST`" + ` — start a plan that awaits approval; DIGEST is the one its status comment shows
 - ` + "`/whilly help`" + ` — this list
 
 To start, add the ` + "`whilly-pending`" + ` label. The plan comes from a ` + "```whilly" + ` JSON block in the issue, else from its ` + "`- [ ]`" + ` task list, else from the whole issue; ` + "`## Acceptance criteria`" + ` and ` + "`## Test steps`" + ` sections apply to every task.`
@@ -135,8 +138,66 @@ func (s *Service) Run(ctx context.Context, c app.Client, ref app.IssueRef, comme
 			return "", err
 		}
 		return ack(fmt.Sprintf("budget of %s set to %s", pi.ID, amount))
+	case CmdPause, CmdResume, CmdApprove:
+		return s.pauseCommand(ctx, pi, by, cmd, reply, ack)
 	}
 	return "ignored", nil
+}
+
+// pauseCommand runs /whilly pause, /whilly resume and /whilly approve DIGEST on the
+// issue's plan through the store's pause functions (the same as the API's), as the
+// commenter.
+func (s *Service) pauseCommand(ctx context.Context, pi queue.PlanInfo, by string, cmd Command,
+	reply func(outcome, text string) (string, error), ack func(outcome string) (string, error)) (string, error) {
+	a := queue.Actor{By: by}
+	var (
+		ch  queue.PlanChange
+		err error
+	)
+	switch cmd.Name {
+	case CmdPause:
+		ch, err = s.store.PausePlan(ctx, pi.ID, a)
+	case CmdResume:
+		ch, err = s.store.ResumePlan(ctx, pi.ID, a)
+	case CmdApprove:
+		if len(cmd.Args) == 0 {
+			return reply("approve: no digest", "`/whilly approve` needs the plan's digest: copy the `/whilly approve …` line from the status comment after reviewing the plan.")
+		}
+		ch, err = s.store.ApprovePlan(ctx, pi.ID, cmd.Args[0], a)
+	}
+	switch {
+	case errors.Is(err, queue.ErrStaleDigest):
+		return reply("approve: stale digest", fmt.Sprintf("Nothing was approved: plan `%s` changed since that digest was shown. Review the plan again; its status comment shows the digest it has now.", pi.ID))
+	case errors.Is(err, queue.ErrInvalid):
+		return reply("approve: bad digest", fmt.Sprintf("`%s` is not a plan digest: copy the `/whilly approve …` line from the status comment.", sanitizeArg(cmd.Args[0])))
+	case errors.Is(err, queue.ErrConflict):
+		return reply(cmd.Name+" refused", pauseRefusal(cmd.Name, pi))
+	case err != nil:
+		return "", err
+	case !ch.Changed && cmd.Name == CmdPause:
+		return reply("already paused", fmt.Sprintf("Plan `%s` is already paused.", pi.ID))
+	case !ch.Changed:
+		return reply("not paused", fmt.Sprintf("Plan `%s` is not paused.", pi.ID))
+	}
+	if cmd.Name == CmdApprove {
+		return ack(fmt.Sprintf("approved %s (digest %s)", pi.ID, ch.Digest))
+	}
+	return ack(cmd.Name + "d " + pi.ID)
+}
+
+// pauseRefusal says why the plan's state refuses a pause command, and what to do instead.
+func pauseRefusal(name string, pi queue.PlanInfo) string {
+	switch {
+	case pi.Status != plan.PlanActive && pi.Status != plan.PlanPaused:
+		return fmt.Sprintf("Plan `%s` is %s: there is nothing to %s.", pi.ID, strings.ToLower(string(pi.Status)), name)
+	case pi.PauseReason == queue.PauseBudget:
+		return fmt.Sprintf("Plan `%s` is paused on its budget: raise it with `/whilly budget USD` to resume it.", pi.ID)
+	case pi.PauseReason == queue.PauseApproval:
+		return fmt.Sprintf("Plan `%s` awaits approval: review it, then comment the `/whilly approve …` line its status comment shows.", pi.ID)
+	case name == CmdApprove:
+		return fmt.Sprintf("Plan `%s` does not await approval.", pi.ID)
+	}
+	return fmt.Sprintf("Plan `%s` cannot be %sd now.", pi.ID, name)
 }
 
 // newBudget reads "10", "$10" or "+5" (raise the cap, or the spend when uncapped).

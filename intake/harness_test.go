@@ -83,6 +83,8 @@ type envOptions struct {
 	planner intake.Planner
 	// allowedOwners is WHILLY_GITHUB_ALLOWED_OWNERS.
 	allowedOwners []string
+	// requireApproval is WHILLY_REQUIRE_APPROVAL=1.
+	requireApproval bool
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -144,7 +146,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.river = rc
-	e.svc = intake.New(base, f, mirror, rc, log, intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners})
+	e.svc = intake.New(base, f, mirror, rc, log, intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners, RequireApproval: o.requireApproval})
 	e.store = base.WithHooks(queue.Hooks{PlanChanged: func(ctx context.Context, tx pgx.Tx, planID string) error {
 		if err := e.push.PlanChanged(ctx, tx, rc, planID); err != nil {
 			return err
