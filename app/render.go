@@ -32,6 +32,9 @@ type StatusView struct {
 // maxRows bounds the task table; GitHub caps a comment at 65,536 characters.
 const maxRows = 100
 
+// maxLinkBytes bounds an attempt link of the task table.
+const maxLinkBytes = 256
+
 // Intake sources, as github_intakes.source records them.
 const (
 	SourceBlock    = "block"
@@ -115,7 +118,13 @@ func RenderStatus(v StatusView) string {
 			if t.ClaimedBy != "" {
 				worker = "`" + t.ClaimedBy + "`"
 			}
-			w("| `%s` | %s | %d/%d | %s | %s |\n", t.ID, taskState(t.Status), t.Attempts, t.MaxAttempts, money(t.Cost), worker)
+			attempts := fmt.Sprintf("%d/%d", t.Attempts, t.MaxAttempts)
+			// The latest attempt's page: its agent log, live while it runs. (Not for ids so
+			// long that 100 links would overflow GitHub's limit on a comment.)
+			if u := attemptURL(v.PublicURL, p.ID, t.ID, t.Attempts); v.PublicURL != "" && t.Attempts > 0 && len(u) <= maxLinkBytes {
+				attempts = fmt.Sprintf("[%s](%s)", attempts, u)
+			}
+			w("| `%s` | %s | %s | %s | %s |\n", t.ID, taskState(t.Status), attempts, money(t.Cost), worker)
 		}
 		w("\n")
 	}
@@ -334,4 +343,10 @@ func reviewText(p queue.PlanInfo, tasks []queue.TaskInfo) string {
 		}
 	}
 	return strings.TrimLeft(b.String(), "\n")
+}
+
+// attemptURL is the page of attempt n of a task on the web dashboard (web.AttemptPath):
+// its agent log.
+func attemptURL(public, planID, taskID string, n int) string {
+	return fmt.Sprintf("%s/plans/%s/tasks/%s/attempts/%d", strings.TrimRight(public, "/"), url.PathEscape(planID), url.PathEscape(taskID), n)
 }

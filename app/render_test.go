@@ -187,3 +187,24 @@ func lastErrors(v app.StatusView) []string {
 	}
 	return out
 }
+
+// Each task that has run links its latest attempt's page (its agent log) in the table; a
+// task that has not run links nothing, and ids long enough to overflow the comment get
+// no link.
+func TestStatusCommentLinksTheLatestAttempts(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 400)
+	v := app.StatusView{Plan: queue.PlanInfo{ID: "p/1", Name: "n", Status: plan.PlanActive}, PublicURL: "https://w.example/",
+		Tasks: []queue.TaskInfo{{ID: "A", Status: plan.StatusFailed, Attempts: 3, MaxAttempts: 3}, {ID: "B", Status: plan.StatusPending, MaxAttempts: 3}}}
+	got := app.RenderStatus(v)
+	if !strings.Contains(got, "| `A` | ❌ failed | [3/3](https://w.example/plans/p%2F1/tasks/A/attempts/3) |") ||
+		strings.Contains(got, "tasks/B/attempts") {
+		t.Errorf("attempt links:\n%s", got)
+	}
+	for i := range 150 {
+		v.Tasks = append(v.Tasks, queue.TaskInfo{ID: fmt.Sprintf("%s%03d", long, i), Status: plan.StatusDone, Attempts: 1, MaxAttempts: 3})
+	}
+	if got := app.RenderStatus(v); len(got) > 65536 || strings.Contains(got, long+"000/attempts") {
+		t.Errorf("150 tasks with 400-byte ids: %d characters", len(got))
+	}
+}

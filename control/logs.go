@@ -1,6 +1,7 @@
 package control
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -15,13 +16,9 @@ import (
 // maxLogWait caps the wait of a log read: a follower asks again after it.
 const maxLogWait = 30 * time.Second
 
-// attemptParam reads the attempt number of the path: a whole number from 1, or "latest"
-// (0) when latest is allowed.
-func attemptParam(r *http.Request, latest bool) (int, error) {
-	raw, err := param(r, "n")
-	if err != nil {
-		return 0, err
-	}
+// parseAttempt reads an attempt number: a whole number from 1, or "latest" (0) when
+// latest is allowed.
+func parseAttempt(raw string, latest bool) (int, error) {
 	if latest && raw == "latest" {
 		return 0, nil
 	}
@@ -42,7 +39,12 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, err := attemptParam(r, false)
+	raw, err := param(r, "n")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	n, err := parseAttempt(raw, false)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -60,9 +62,7 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, client.LogChunkResponse{NextOffset: res.Next, Duplicate: res.Duplicate})
 }
 
-// readLog answers what is kept of an attempt's log from ?after= on. With ?wait=S and
-// nothing new while the attempt runs, it waits up to S seconds for more
-// (queue.Store.WaitAttemptLog): a waiting follower costs no query.
+// readLog answers GET /v1/plans/{plan}/tasks/{task}/attempts/{n}/log (AttemptLog).
 func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	planID, err := param(r, "plan")
 	if err != nil {
@@ -74,7 +74,25 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	n, err := attemptParam(r, true)
+	n, err := param(r, "n")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.AttemptLog(w, r, principalFrom(r.Context()).scopes(), planID, taskID, n)
+}
+
+// AttemptLog answers what is kept of attempt n ("latest" or a number) of a task's log
+// from ?after= on, for a caller allowed scopes: the API's route, and the dashboard for a
+// session it authenticated. A plan outside scopes is 404. With ?wait=S and nothing new
+// while the attempt runs, it waits up to S seconds for more (queue.Store.WaitAttemptLog):
+// a waiting follower costs no query.
+func (s *Server) AttemptLog(w http.ResponseWriter, r *http.Request, scopes queue.Scopes, planID, taskID, attempt string) {
+	if err := cmpErr(checkText("the plan id", planID, maxIDBytes), checkText("the task id", taskID, maxIDBytes)); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	n, err := parseAttempt(attempt, true)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -97,7 +115,11 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = time.Duration(min(secs, maxLogWait.Seconds()) * float64(time.Second))
 	}
-	if _, err := s.scopedPlan(r, planID); err != nil {
+	p, err := s.store.GetPlan(r.Context(), planID)
+	if err == nil && !scopes.Allow(p) {
+		err = fmt.Errorf("plan %s: %w", planID, queue.ErrNotFound)
+	}
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
