@@ -215,7 +215,7 @@ func (a *app) newControlPlane(ctx context.Context, st *queue.Store) (*controlPla
 		}
 	}
 	// The web dashboard at / (after the routes above, which keep their paths).
-	dash, err := web.New(st, a.log, web.Config{PublicURL: a.cfg.String(config.PublicURL), Events: srv.StreamEvents})
+	dash, err := web.New(st, a.log, web.Config{PublicURL: a.cfg.String(config.PublicURL), Events: srv.StreamEvents, AttemptLog: srv.AttemptLog})
 	if err != nil {
 		cancel()
 		return nil, err

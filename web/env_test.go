@@ -46,7 +46,7 @@ func newEnv(t testing.TB) *env {
 		}
 	}()
 	srv := control.New(store, ln, log, control.Config{SSEHeartbeat: time.Second})
-	dash, err := web.New(store, log, web.Config{Events: srv.StreamEvents})
+	dash, err := web.New(store, log, web.Config{Events: srv.StreamEvents, AttemptLog: srv.AttemptLog})
 	if err != nil {
 		t.Fatal(err)
 	}

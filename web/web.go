@@ -54,6 +54,8 @@ type Config struct {
 	Events EventStream
 	// GitHubURL is the web address of GitHub for links to issues; default https://github.com.
 	GitHubURL string
+	// AttemptLog serves the attempt page's live log; nil: the page does not follow it.
+	AttemptLog AttemptLogFunc
 }
 
 func (c Config) withDefaults() Config {
@@ -133,6 +135,8 @@ func (h *Handler) routes() {
 	page("GET /workers", h.workersPage)
 	page("GET /events", h.eventsPage)
 	page("GET /events/stream", h.stream)
+	page("GET /plans/{plan}/tasks/{task}/attempts/{n}", h.attemptPage) // attempt.go
+	page("GET /plans/{plan}/tasks/{task}/attempts/{n}/log", h.attemptLog)
 	post("POST /plans/{plan}/cancel", h.cancelPlan)
 	post("POST /plans/{plan}/budget", h.setBudget)
 	post("POST /plans/{plan}/tasks/{task}/retry", h.retryTask)
