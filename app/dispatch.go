@@ -69,19 +69,6 @@ func NewDispatcher(store *queue.Store, clients Clients, log *slog.Logger, cfg Di
 	return &Dispatcher{store: store, clients: clients, log: log, cfg: cfg}
 }
 
-// PlanStarted is the mirror's Started hook: in the transaction that creates a GitHub
-// plan of a repository, it records the plan's start dispatch and inserts its job.
-func (d *Dispatcher) PlanStarted(ctx context.Context, tx pgx.Tx, jobs Jobs, planID string) error {
-	id, ok, err := queue.RecordDispatchStart(ctx, tx, planID)
-	if err != nil || !ok {
-		return err
-	}
-	if _, err := jobs.InsertTx(ctx, tx, DispatchArgs{DispatchID: id, PlanID: planID}, nil); err != nil {
-		return fmt.Errorf("enqueue the start dispatch of plan %s: %w", planID, err)
-	}
-	return nil
-}
-
 // DispatchIdle records and enqueues a dispatch for each live plan whose ready tasks
 // have waited for the Idle interval with nothing running (the reconciler calls it).
 func (d *Dispatcher) DispatchIdle(ctx context.Context, jobs Jobs) (int, error) {

@@ -64,9 +64,6 @@ type MirrorConfig struct {
 	Coalesce time.Duration
 	// PublicURL (WHILLY_PUBLIC_URL) is used for links in the status comment.
 	PublicURL string
-	// Started, when set, runs in the transaction of a GitHub plan's first change (its
-	// creation by intake), with the job inserter: Dispatcher.PlanStarted.
-	Started func(ctx context.Context, tx pgx.Tx, jobs Jobs, planID string) error
 }
 
 // Mirror writes a plan's state onto its issue: exactly one state label and the status
@@ -88,32 +85,6 @@ func NewMirror(store *queue.Store, clients Clients, log *slog.Logger, cfg Mirror
 		cfg.Coalesce = 3 * time.Second
 	}
 	return &Mirror{store: store, clients: clients, log: log, cfg: cfg}
-}
-
-// PlanChanged is the store's PlanChanged hook: in the transaction of the change, it
-// marks a GitHub plan's mirror dirty and inserts its mirror job (a no-op when one is
-// already waiting). For other plans it costs one index probe.
-func (m *Mirror) PlanChanged(ctx context.Context, tx pgx.Tx, jobs Jobs, planID string) error {
-	dirty, fresh, err := queue.MarkMirrorDirty(ctx, tx, planID)
-	if err != nil || !dirty {
-		return err
-	}
-	if fresh && m.cfg.Started != nil {
-		if err := m.cfg.Started(ctx, tx, jobs, planID); err != nil {
-			return err
-		}
-	}
-	if _, err := jobs.InsertTx(ctx, tx, MirrorArgs{PlanID: planID}, nil); err != nil {
-		return fmt.Errorf("enqueue mirror of plan %s: %w", planID, err)
-	}
-	return nil
-}
-
-// Hooks returns store hooks that mirror every change through jobs.
-func (m *Mirror) Hooks(jobs Jobs) queue.Hooks {
-	return queue.Hooks{PlanChanged: func(ctx context.Context, tx pgx.Tx, planID string) error {
-		return m.PlanChanged(ctx, tx, jobs, planID)
-	}}
 }
 
 // Worker returns the River worker of mirror jobs.

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/whilly-go/whilly/queue"
@@ -86,7 +85,7 @@ func (s *sealer) open(sealed []byte) (string, error) {
 }
 
 // PushTokens revokes the push tokens of ended leases: in the transaction of every plan
-// change that ends one (PlanChanged) it enqueues the plan's revocation, and a periodic
+// change that ends one (Hooks) it enqueues the plan's revocation, and a periodic
 // sweep catches the rest (a lease that ended before its token was recorded).
 type PushTokens struct {
 	store *queue.Store
@@ -105,20 +104,6 @@ func NewPushTokens(store *queue.Store, f *Factory, log *slog.Logger, sweep time.
 		sweep = time.Minute
 	}
 	return &PushTokens{store: store, f: f, log: log, every: sweep}
-}
-
-// PlanChanged is the store's PlanChanged hook: when the change ended a lease that holds a
-// push token, it enqueues the plan's revocation job in the same transaction. Plans
-// without push tokens cost one index probe.
-func (p *PushTokens) PlanChanged(ctx context.Context, tx pgx.Tx, jobs Jobs, planID string) error {
-	ended, err := queue.HasEndedPushTokens(ctx, tx, planID)
-	if err != nil || !ended {
-		return err
-	}
-	if _, err := jobs.InsertTx(ctx, tx, RevokePushTokensArgs{PlanID: planID}, nil); err != nil {
-		return fmt.Errorf("enqueue push token revocation of plan %s: %w", planID, err)
-	}
-	return nil
 }
 
 // Worker returns the River worker of revocation jobs.

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/whilly-go/whilly/agent"
@@ -44,9 +43,6 @@ func (a *app) trizExtension(st *queue.Store) (*extension, error) {
 		return nil, err
 	}
 	return &extension{
-		taskFailed: func(ctx context.Context, tx pgx.Tx, jobs *river.Client[pgx.Tx], f queue.TaskFailure) error {
-			return triz.Enqueue(ctx, tx, jobs, f, a.log)
-		},
 		register: func(ws *river.Workers) []*river.PeriodicJob {
 			river.AddWorker(ws, w)
 			return nil

@@ -472,9 +472,15 @@ func TestTrizExtensionConfiguration(t *testing.T) {
 			t.Errorf("%s: err = %v, want a configuration error (exit 2)", name, err)
 		}
 	}
-	ext, err := build(map[string]string{"WHILLY_TRIZ_ENABLED": "1", "WHILLY_AGENT": "codex"})
-	if err != nil || ext == nil || ext.taskFailed == nil || ext.register == nil {
+	on := map[string]string{"WHILLY_TRIZ_ENABLED": "1", "WHILLY_AGENT": "codex"}
+	ext, err := build(on)
+	if err != nil || ext == nil || ext.register == nil {
 		t.Fatalf("enabled: %v, %v", ext, err)
+	}
+	// The analyzer's hook is the store's, fixed when the control plane builds it.
+	h, err := newApp(IO{Getenv: unboxedEnv(on)}, slog.New(slog.DiscardHandler)).storeHooks(nil)
+	if err != nil || h.TaskFailed == nil || h.PlanChanged != nil {
+		t.Fatalf("store hooks with TRIZ on and no App: %+v, %v; want TaskFailed only", h, err)
 	}
 	if periodic := ext.register(river.NewWorkers()); len(periodic) != 0 {
 		t.Errorf("periodic jobs: %d", len(periodic))

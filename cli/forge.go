@@ -51,16 +51,25 @@ GitHub Enterprise Server.`,
 			if !hasApp && env.token == "" {
 				return envf("%v", errNoGitHub)
 			}
-			return a.withStore(cmd.Context(), func(st *queue.Store) error {
+			return a.withStore(cmd.Context(), func(base *queue.Store) error {
 				ctx := cmd.Context()
-				parts, err := a.githubParts(st, env, hasApp)
+				// The store of `whilly serve` with the App: the same hooks, so the plan's
+				// mirror (and dispatch) jobs are enqueued with it.
+				jobs, err := a.jobInserter(base)
+				if err != nil {
+					return err
+				}
+				qcfg := base.Config()
+				qcfg.Hooks = githubConfig(env, hasApp).Hooks(jobs)
+				st := queue.NewStore(base.Pool(), a.log, qcfg)
+				parts, err := a.githubParts(st, jobs, env, hasApp)
 				if err != nil {
 					return err
 				}
 				var inst int64
 				if hasApp {
 					if inst, err = st.InstallationForRepo(ctx, ref.Repo.String()); errors.Is(err, queue.ErrNotFound) {
-						ac, aerr := parts.factory.App(ctx)
+						ac, aerr := parts.Factory.App(ctx)
 						if aerr != nil {
 							return aerr
 						}
@@ -72,7 +81,7 @@ GitHub Enterprise Server.`,
 						return err
 					}
 				}
-				c, err := parts.factory.Installation(ctx, inst)
+				c, err := parts.Factory.Installation(ctx, inst)
 				if err != nil {
 					return err
 				}
@@ -88,7 +97,7 @@ GitHub Enterprise Server.`,
 				}
 				id := make([]byte, 8)
 				_, _ = rand.Read(id)
-				res, err := parts.intake.Intake(ctx, intake.Request{
+				res, err := parts.Intake.Intake(ctx, intake.Request{
 					Ref: ref, InstallationID: inst, DeliveryID: "cli-" + hex.EncodeToString(id), Explicit: true,
 					Issue: intake.IssueText{Ref: ref, Title: is.Title, Body: is.Body},
 				})
@@ -97,7 +106,7 @@ GitHub Enterprise Server.`,
 				}
 				if res.Planned {
 					// Labels and the comment now, not when `whilly serve` gets to the job.
-					if err := parts.mirror.SyncNow(ctx, res.PlanID); err != nil {
+					if err := parts.Mirror.SyncNow(ctx, res.PlanID); err != nil {
 						return err
 					}
 				}

@@ -151,44 +151,51 @@ func (a *app) intakePolicy() (intake.Config, error) {
 	return intake.Config{Budget: budget, AllowedOwners: env.List(config.GitHubAllowedOwners), RequireApproval: approval}, nil
 }
 
-// githubParts is the GitHub App wired over one store: what serve and forge share.
-type githubParts struct {
-	factory    *ghapp.Factory
-	jobs       *river.Client[pgx.Tx] // insert-only
-	mirror     *ghapp.Mirror
-	intake     *intake.Service
-	dispatcher *ghapp.Dispatcher // nil unless WHILLY_DISPATCH_ACTIONS=1
+// githubConfig is the GitHub side's configuration in env, but for the intake's policy
+// and planner (githubParts adds them).
+func githubConfig(env githubEnv, hasApp bool) intake.GitHubConfig {
+	c := intake.GitHubConfig{
+		Mirror:    ghapp.MirrorConfig{Coalesce: env.mirror, PublicURL: env.publicURL},
+		Reconcile: ghapp.ReconcileConfig{Interval: env.reconcile, NoRedeliver: env.pull},
+	}
+	if env.dispatch && hasApp {
+		c.Dispatch = &ghapp.DispatchConfig{Idle: env.dispatchIdle}
+	}
+	return c
 }
 
-func (a *app) githubParts(st *queue.Store, env githubEnv, hasApp bool) (*githubParts, error) {
-	f, err := env.factory(hasApp)
-	if err != nil {
-		return nil, err
-	}
-	// An insert-only client: the webhook and intake insert jobs before (or without) the
-	// control plane's River client existing; River workers run them.
+// jobInserter is an insert-only River client: the store's hooks, the webhook and intake
+// insert jobs through it, whether or not this process works them. It is made first,
+// before the store whose hooks use it.
+func (a *app) jobInserter(st *queue.Store) (*river.Client[pgx.Tx], error) {
 	jobs, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{Logger: logging.Demote(a.log)})
 	if err != nil {
 		return nil, envf("create the job inserter: %w", err)
+	}
+	return jobs, nil
+}
+
+// githubParts wires the GitHub side over st (built with githubConfig's hooks) through
+// the one assembly, intake.NewGitHub: what serve and forge share with the tests.
+func (a *app) githubParts(st *queue.Store, jobs *river.Client[pgx.Tx], env githubEnv, hasApp bool) (*intake.GitHub, error) {
+	f, err := env.factory(hasApp)
+	if err != nil {
+		return nil, err
 	}
 	planner, err := a.githubPlanner()
 	if err != nil {
 		return nil, err
 	}
-	mcfg := ghapp.MirrorConfig{Coalesce: env.mirror, PublicURL: env.publicURL}
-	var dispatcher *ghapp.Dispatcher
-	if env.dispatch && hasApp {
-		dispatcher = ghapp.NewDispatcher(st, f, a.log, ghapp.DispatchConfig{Idle: env.dispatchIdle})
-		mcfg.Started = dispatcher.PlanStarted
-	}
-	mirror := ghapp.NewMirror(st, f, a.log, mcfg)
-	icfg, err := a.intakePolicy()
-	if err != nil {
+	cfg := githubConfig(env, hasApp)
+	if cfg.Intake, err = a.intakePolicy(); err != nil {
 		return nil, err
 	}
-	icfg.Planner = planner
-	svc := intake.New(st, f, mirror, jobs, a.log, icfg)
-	return &githubParts{factory: f, jobs: jobs, mirror: mirror, intake: svc, dispatcher: dispatcher}, nil
+	cfg.Intake.Planner = planner
+	g, err := intake.NewGitHub(st, f, jobs, a.log, cfg)
+	if err != nil {
+		return nil, envf("%w", err)
+	}
+	return g, nil
 }
 
 // githubExtension plugs the GitHub App into the control plane: POST /webhook (or, with
@@ -198,7 +205,7 @@ func (a *app) githubParts(st *queue.Store, env githubEnv, hasApp bool) (*githubP
 // (push tokens minted per repository). Without an App it only answers /webhook with 503
 // naming what is missing; with one, the webhook secret and the private key are required
 // (exit 2).
-func (a *app) githubExtension(ctx context.Context, st *queue.Store) (*extension, error) {
+func (a *app) githubExtension(ctx context.Context, st *queue.Store, jobs *river.Client[pgx.Tx]) (*extension, error) {
 	env, hasApp, err := a.readGitHubEnv()
 	if err != nil {
 		return nil, err
@@ -210,12 +217,12 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store) (*extension,
 		return nil, envf("WHILLY_GITHUB_APP_ID is set but WHILLY_GITHUB_WEBHOOK_SECRET is not: the webhook refuses unsigned deliveries")
 	}
 	env.metrics = ghapp.NewMetrics()
-	parts, err := a.githubParts(st, env, hasApp)
+	parts, err := a.githubParts(st, jobs, env, hasApp)
 	if err != nil {
 		return nil, err
 	}
 	hook, err := webhook.New(st, func(ctx context.Context, tx pgx.Tx, id string) error {
-		_, err := parts.jobs.InsertTx(ctx, tx, queue.GitHubDeliveryArgs{DeliveryID: id}, nil)
+		_, err := jobs.InsertTx(ctx, tx, queue.GitHubDeliveryArgs{DeliveryID: id}, nil)
 		return err
 	}, a.log, webhook.Config{Secret: env.secret, Events: intake.Events()})
 	if err != nil {
@@ -224,7 +231,7 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store) (*extension,
 	var puller *ghapp.DeliveryPuller
 	if env.pull {
 		a.log.InfoContext(ctx, "pull mode: webhook deliveries are read from the App's delivery log", "interval", env.pullInterval)
-		puller = ghapp.NewDeliveryPuller(st, parts.factory, a.log, ghapp.PullConfig{
+		puller = ghapp.NewDeliveryPuller(st, parts.Factory, a.log, ghapp.PullConfig{
 			AppID: env.appID, Interval: env.pullInterval, Events: intake.Events(),
 			Receive: func(ctx context.Context, guid, event string, payload []byte) (string, error) {
 				status, out := hook.Receive(ctx, webhook.SourcePull, guid, event, payload)
@@ -235,36 +242,13 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store) (*extension,
 			},
 		})
 	}
-	rec := ghapp.NewReconciler(st, parts.factory, a.log, ghapp.ReconcileConfig{
-		Interval: env.reconcile, Dispatcher: parts.dispatcher, NoRedeliver: env.pull})
-	ws, err := ghapp.NewWorkspaces(parts.factory, st, a.log, ghapp.WorkspaceConfig{})
-	if err != nil {
-		return nil, envf("set up push tokens: %w", err)
-	}
-	push := ghapp.NewPushTokens(st, parts.factory, a.log, 0)
-	schedules := []queue.Schedule{rec.Schedule(), push.Schedule()}
+	schedules := []queue.Schedule{parts.Reconciler.Schedule(), parts.PushTokens.Schedule()}
 	if puller != nil {
 		schedules = append(schedules, puller.Schedule())
 	}
 	return &extension{
-		planChanged: func(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], planID string) error {
-			var jobs ghapp.Jobs = parts.jobs
-			if rc != nil {
-				jobs = rc
-			}
-			if err := push.PlanChanged(ctx, tx, jobs, planID); err != nil {
-				return err
-			}
-			return parts.mirror.PlanChanged(ctx, tx, jobs, planID)
-		},
 		register: func(w *river.Workers) []*river.PeriodicJob {
-			river.AddWorker(w, parts.intake.Worker())
-			river.AddWorker(w, parts.mirror.Worker())
-			river.AddWorker(w, rec.Worker())
-			river.AddWorker(w, push.Worker())
-			if parts.dispatcher != nil {
-				river.AddWorker(w, parts.dispatcher.Worker())
-			}
+			parts.Register(w)
 			if puller != nil {
 				river.AddWorker(w, puller.Worker())
 			}
@@ -273,7 +257,7 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store) (*extension,
 		queues:     map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: 10}},
 		schedules:  schedules,
 		routes:     map[string]http.Handler{"/webhook": hook},
-		workspaces: ws.Workspace,
+		workspaces: parts.Workspaces.Workspace,
 		collectors: []prometheus.Collector{env.metrics},
 	}, nil
 }

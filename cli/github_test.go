@@ -29,7 +29,10 @@ func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 	gh := testkit.NewGitHub(t)
 	st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
 	a, _ := githubTestApp(map[string]string{"WHILLY_DATA_DIR": t.TempDir()})
-	if ext, err := a.githubExtension(context.Background(), st); err != nil || ext == nil || ext.planChanged != nil || ext.register != nil ||
+	if h, err := a.storeHooks(nil); err != nil || h.PlanChanged != nil || h.TaskFailed != nil {
+		t.Errorf("store hooks without WHILLY_GITHUB_APP_ID: %+v, %v; want none", h, err)
+	}
+	if ext, err := a.githubExtension(context.Background(), st, nil); err != nil || ext == nil || ext.register != nil ||
 		len(ext.routes) != 1 || ext.routes["/webhook"] == nil {
 		t.Errorf("without WHILLY_GITHUB_APP_ID: %+v, %v; want only /webhook (503)", ext, err)
 	}
@@ -45,16 +48,19 @@ func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 			}
 		}
 		a, _ := githubTestApp(env)
-		_, err := a.githubExtension(context.Background(), st)
+		_, err := a.githubExtension(context.Background(), st, nil)
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != ExitEnv || !strings.Contains(err.Error(), missing) {
 			t.Errorf("without %s: %v, want exit 2 naming it", missing, err)
 		}
 	}
 	a, _ = githubTestApp(full)
-	ext, err := a.githubExtension(context.Background(), st)
-	if err != nil || ext == nil || ext.routes["/webhook"] == nil || ext.planChanged == nil || ext.workspaces == nil {
+	ext, err := a.githubExtension(context.Background(), st, nil)
+	if err != nil || ext == nil || ext.routes["/webhook"] == nil || ext.workspaces == nil {
 		t.Fatalf("configured: %+v, %v", ext, err)
+	}
+	if h, err := a.storeHooks(nil); err != nil || h.PlanChanged == nil {
+		t.Fatalf("store hooks with the App: %+v, %v; want the GitHub side's PlanChanged", h, err)
 	}
 	w := river.NewWorkers()
 	// The reconciler is enqueued by this process itself, not by whichever process leads
@@ -72,7 +78,7 @@ func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 	}
 	full["WHILLY_DISPATCH_ACTIONS"] = "1"
 	a, _ = githubTestApp(full)
-	if ext, err = a.githubExtension(context.Background(), st); err != nil {
+	if ext, err = a.githubExtension(context.Background(), st, nil); err != nil {
 		t.Fatal(err)
 	}
 	w = river.NewWorkers()
@@ -83,7 +89,7 @@ func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 	full["WHILLY_DISPATCH_ACTIONS"] = "sure"
 	a, _ = githubTestApp(full)
 	var ee *exitError
-	if _, err := a.githubExtension(context.Background(), st); !errors.As(err, &ee) || ee.code != ExitEnv || !strings.Contains(err.Error(), "WHILLY_DISPATCH_ACTIONS") {
+	if _, err := a.githubExtension(context.Background(), st, nil); !errors.As(err, &ee) || ee.code != ExitEnv || !strings.Contains(err.Error(), "WHILLY_DISPATCH_ACTIONS") {
 		t.Errorf("WHILLY_DISPATCH_ACTIONS=sure: %v, want exit 2 naming it", err)
 	}
 }

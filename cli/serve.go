@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +19,7 @@ import (
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
+	"github.com/whilly-go/whilly/triz"
 	"github.com/whilly-go/whilly/web"
 )
 
@@ -77,7 +77,7 @@ Environment (the table of docs/configuration.md):
 
 // controlPlane is a running control plane: HTTP server, listener and River.
 type controlPlane struct {
-	store  *queue.Store // the store with the extensions' hooks
+	store  *queue.Store // the store with the hooks, built once by newControlPlane
 	srv    *http.Server
 	done   chan error
 	cancel context.CancelFunc
@@ -94,10 +94,6 @@ type controlPlane struct {
 // extension plugs a capability (the GitHub App, the TRIZ analyzer) into the control
 // plane without the composition root knowing its insides.
 type extension struct {
-	// planChanged and taskFailed run inside the store's transactions (queue.Hooks), with
-	// the River client to InsertTx jobs with.
-	planChanged func(ctx context.Context, tx pgx.Tx, jobs *river.Client[pgx.Tx], planID string) error
-	taskFailed  func(ctx context.Context, tx pgx.Tx, jobs *river.Client[pgx.Tx], f queue.TaskFailure) error
 	// register adds River job workers and returns periodic jobs.
 	register func(*river.Workers) []*river.PeriodicJob
 	// queues are River queues the extension's jobs run in (besides the default one):
@@ -113,16 +109,42 @@ type extension struct {
 	collectors []prometheus.Collector
 }
 
-// extensions returns the capabilities configured in the environment. st is the hooked
-// store, so what an extension writes fires the other extensions' hooks too.
-func (a *app) extensions(ctx context.Context, st *queue.Store) ([]*extension, error) {
-	makers := []func(context.Context, *queue.Store) (*extension, error){
+// storeHooks are the store's hooks for the capabilities configured in the environment,
+// inserting through jobs: the GitHub App's (mirror, push tokens, dispatch) and the TRIZ
+// analyzer's. The store is built with them, before anything that uses it.
+func (a *app) storeHooks(jobs *river.Client[pgx.Tx]) (queue.Hooks, error) {
+	var h queue.Hooks
+	env, hasApp, err := a.readGitHubEnv()
+	if err != nil {
+		return h, err
+	}
+	if hasApp {
+		h = githubConfig(env, hasApp).Hooks(jobs)
+	}
+	on, err := a.cfg.Bool(config.TrizEnabled)
+	if err != nil {
+		return h, envErr(err)
+	}
+	if on {
+		h.TaskFailed = func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error {
+			return triz.Enqueue(ctx, tx, jobs, f, a.log)
+		}
+	}
+	return h, nil
+}
+
+// extensions returns the capabilities configured in the environment, over the one store
+// (whose hooks are storeHooks), so what an extension writes fires every hook too.
+func (a *app) extensions(ctx context.Context, st *queue.Store, jobs *river.Client[pgx.Tx]) ([]*extension, error) {
+	makers := []func(context.Context, *queue.Store, *river.Client[pgx.Tx]) (*extension, error){
 		a.githubExtension,
-		func(_ context.Context, st *queue.Store) (*extension, error) { return a.trizExtension(st) },
+		func(_ context.Context, st *queue.Store, _ *river.Client[pgx.Tx]) (*extension, error) {
+			return a.trizExtension(st)
+		},
 	}
 	var exts []*extension
 	for _, newExt := range makers {
-		e, err := newExt(ctx, st)
+		e, err := newExt(ctx, st, jobs)
 		if err != nil {
 			return nil, err
 		}
@@ -148,20 +170,22 @@ func (a *app) startControlPlane(ctx context.Context, st *queue.Store, ln net.Lis
 }
 
 // newControlPlane builds the control plane — extensions, River, the HTTP server — and
-// starts nothing, so every error of configuration comes before a port is opened.
-func (a *app) newControlPlane(ctx context.Context, st *queue.Store) (*controlPlane, error) {
-	var (
-		rc   *river.Client[pgx.Tx]
-		exts []*extension
-	)
-	st = st.WithHooks(mergeHooks(&exts, &rc))
-	exts, err := a.extensions(ctx, st)
+// starts nothing, so every error of configuration comes before a port is opened. base
+// gives the pool and the store's configuration: the control plane's store is built here,
+// once, with its hooks fixed (issue 15), after the insert-only River client they use.
+func (a *app) newControlPlane(ctx context.Context, base *queue.Store) (*controlPlane, error) {
+	jobs, err := a.jobInserter(base)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(exts, func(e *extension) bool { return e.planChanged != nil || e.taskFailed != nil }) {
-		// No hook to run: the store's hot paths may then skip explicit transactions.
-		st = st.WithHooks(queue.Hooks{})
+	qcfg := base.Config()
+	if qcfg.Hooks, err = a.storeHooks(jobs); err != nil {
+		return nil, err
+	}
+	st := queue.NewStore(base.Pool(), a.log, qcfg)
+	exts, err := a.extensions(ctx, st, jobs)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	listener := queue.NewListener(st.Pool(), a.log)
@@ -169,7 +193,7 @@ func (a *app) newControlPlane(ctx context.Context, st *queue.Store) (*controlPla
 	for _, e := range exts {
 		maps.Copy(queues, e.queues)
 	}
-	rc, err = queue.NewRiver(st, a.log, queue.JobsConfig{Queues: queues, Register: func(w *river.Workers) []*river.PeriodicJob {
+	rc, err := queue.NewRiver(st, a.log, queue.JobsConfig{Queues: queues, Register: func(w *river.Workers) []*river.PeriodicJob {
 		var periodic []*river.PeriodicJob
 		for _, e := range exts {
 			if e.register != nil {
@@ -246,32 +270,6 @@ func (cp *controlPlane) start(ln net.Listener) error {
 	queue.RunSchedules(cp.ctx, cp.jobs, cp.log, cp.schedules)
 	go func() { cp.done <- cp.srv.Serve(ln) }()
 	return nil
-}
-
-// mergeHooks chains the extensions' hooks; *exts and *jobs are set before any hook can run.
-func mergeHooks(exts *[]*extension, jobs **river.Client[pgx.Tx]) queue.Hooks {
-	return queue.Hooks{
-		PlanChanged: func(ctx context.Context, tx pgx.Tx, planID string) error {
-			for _, e := range *exts {
-				if e.planChanged != nil {
-					if err := e.planChanged(ctx, tx, *jobs, planID); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		},
-		TaskFailed: func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error {
-			for _, e := range *exts {
-				if e.taskFailed != nil {
-					if err := e.taskFailed(ctx, tx, *jobs, f); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		},
-	}
 }
 
 // Shutdown stops accepting HTTP, lets requests in flight end, stops River, then the

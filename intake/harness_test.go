@@ -55,7 +55,7 @@ type env struct {
 	ctx     context.Context
 	gh      *testkit.GitHub
 	pool    *pgxpool.Pool
-	store   *queue.Store // with the mirror hook: what workers' transitions go through
+	store   *queue.Store // the one store, with the GitHub side's hooks
 	river   *river.Client[pgx.Tx]
 	svc     *intake.Service
 	mirror  *app.Mirror
@@ -111,26 +111,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 
 	pool := testkit.DB(t)
-	base := queue.NewStore(pool, log, queue.Config{BackoffBase: 10 * time.Millisecond})
 	f, err := app.NewFactory(app.Config{AppID: gh.AppID, PrivateKey: gh.KeyPEM, APIURL: gh.URL(), Token: gh.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mcfg := app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com"}
-	var disp *app.Dispatcher
-	if o.dispatch {
-		disp = app.NewDispatcher(base, f, log, app.DispatchConfig{Idle: o.dispatchIdle})
-		mcfg.Started = disp.PlanStarted
-	}
-	mirror := app.NewMirror(base, f, log, mcfg)
-	rec := app.NewReconciler(base, f, log, app.ReconcileConfig{Dispatcher: disp})
 	workers := river.NewWorkers()
-	ws, err := app.NewWorkspaces(f, base, log, app.WorkspaceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ctx: ctx, gh: gh, pool: pool, mirror: mirror, rec: rec, secret: []byte("s3cret-for-tests"), body: o.body,
-		ws: ws, push: app.NewPushTokens(base, f, log, 0), disp: disp}
 	cfg := &river.Config{
 		Logger: log, Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
 		Queues:      map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: 10}},
@@ -145,21 +130,23 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.river = rc
-	e.svc = intake.New(base, f, mirror, rc, log, intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners, RequireApproval: o.requireApproval})
-	e.store = base.WithHooks(queue.Hooks{PlanChanged: func(ctx context.Context, tx pgx.Tx, planID string) error {
-		if err := e.push.PlanChanged(ctx, tx, rc, planID); err != nil {
-			return err
-		}
-		return mirror.PlanChanged(ctx, tx, rc, planID)
-	}})
-	river.AddWorker(workers, e.push.Worker())
-	river.AddWorker(workers, e.svc.Worker())
-	river.AddWorker(workers, mirror.Worker())
-	river.AddWorker(workers, rec.Worker())
-	if disp != nil {
-		river.AddWorker(workers, disp.Worker())
+	// The one assembly of `whilly serve` and `whilly forge intake`: the store built with
+	// the GitHub side's hooks, then every part over it.
+	gcfg := intake.GitHubConfig{
+		Intake: intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners, RequireApproval: o.requireApproval},
+		Mirror: app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com"},
 	}
+	if o.dispatch {
+		gcfg.Dispatch = &app.DispatchConfig{Idle: o.dispatchIdle}
+	}
+	st := queue.NewStore(pool, log, queue.Config{BackoffBase: 10 * time.Millisecond, Hooks: gcfg.Hooks(rc)})
+	g, err := intake.NewGitHub(st, f, rc, log, gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Register(workers)
+	e := &env{t: t, ctx: ctx, gh: gh, pool: pool, store: st, river: rc, svc: g.Intake, mirror: g.Mirror, rec: g.Reconciler,
+		ws: g.Workspaces, push: g.PushTokens, disp: g.Dispatcher, secret: []byte("s3cret-for-tests"), body: o.body}
 	if !o.noRiver {
 		if err := rc.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -170,7 +157,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 			_ = rc.Stop(sctx)
 		})
 	}
-	hook, err := webhook.New(base, func(ctx context.Context, tx pgx.Tx, id string) error {
+	hook, err := webhook.New(st, func(ctx context.Context, tx pgx.Tx, id string) error {
 		_, err := rc.InsertTx(ctx, tx, queue.GitHubDeliveryArgs{DeliveryID: id}, nil)
 		return err
 	}, log, webhook.Config{Secret: e.secret, Events: intake.Events()})

@@ -64,7 +64,7 @@ func (c Config) ownerAllowed(owner string) bool {
 
 // Service processes GitHub events.
 type Service struct {
-	store   *queue.Store // with the mirror's hooks
+	store   *queue.Store
 	clients app.Clients
 	mirror  *app.Mirror
 	jobs    app.Jobs
@@ -72,9 +72,8 @@ type Service struct {
 	cfg     Config
 }
 
-// New returns the service. Its store runs the mirror's hook on every change it makes,
-// inserting mirror jobs through jobs (other hooks of store are replaced: intake's
-// changes need only the mirror).
+// New returns the service. The store's hooks (GitHubConfig.Hooks) mirror the changes it
+// makes; jobs inserts its own jobs.
 func New(store *queue.Store, clients app.Clients, mirror *app.Mirror, jobs app.Jobs, log *slog.Logger, cfg Config) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -82,10 +81,10 @@ func New(store *queue.Store, clients app.Clients, mirror *app.Mirror, jobs app.J
 	if cfg.StaleIntake <= 0 {
 		cfg.StaleIntake = 30 * time.Minute
 	}
-	return &Service{store: store.WithHooks(mirror.Hooks(jobs)), clients: clients, mirror: mirror, jobs: jobs, log: log, cfg: cfg}
+	return &Service{store: store, clients: clients, mirror: mirror, jobs: jobs, log: log, cfg: cfg}
 }
 
-// Store returns the service's store (with the mirror's hooks).
+// Store returns the service's store.
 func (s *Service) Store() *queue.Store { return s.store }
 
 // Worker returns the River worker of delivery jobs.

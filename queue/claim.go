@@ -92,27 +92,11 @@ var (
 )
 
 // Claim leases the next claimable task to the worker, writing CLAIM in the same
-// transaction. It returns nil, nil when nothing is claimable. Without hooks, concurrent
-// claims of one plan by workers with the same labels are answered together, in one
-// statement and its implicit transaction (see group); with hooks, a claim is a
-// transaction of its own that runs them.
+// transaction. It returns nil, nil when nothing is claimable. Concurrent claims of one
+// plan by workers with the same labels are answered together, in one statement and one
+// transaction that runs the hooks once per plan (see group and batchTx).
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
-	if s.cfg.Hooks.PlanChanged == nil {
-		return s.claims.do(ctx, keyOf(req), req)
-	}
-	var c *Claim
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		cs, err := claimTasks(ctx, tx, s.cfg.LeaseTTL, req.PlanID, req.Labels, req.Scopes, []ClaimRequest{req})
-		if err != nil || cs[0] == nil {
-			return err
-		}
-		c = cs[0]
-		return s.changed(ctx, tx, c.Task.PlanID)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return s.claims.do(ctx, keyOf(req), req)
 }
 
 // claimTasks claims a task for the worker of each request (nil where none was left), in
@@ -260,7 +244,7 @@ func (s *Store) Complete(ctx context.Context, l Lease, in CompleteInput) (TaskIn
 	if err != nil {
 		return TaskInfo{}, err
 	}
-	if s.fast(in) {
+	if fast(in) {
 		t, err := s.completions.do(ctx, l.PlanID, completion{lease: l, result: in.Result, payload: p})
 		if !errors.Is(err, errCareful) {
 			return t, err

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
@@ -19,19 +22,42 @@ import (
 // figures to read are ns/task and tasks/s.
 func BenchmarkClaim(b *testing.B) {
 	for _, backlog := range []int{100, 1000, 10_000} {
-		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) { benchDrain(b, backlog, 1, false) })
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) { benchDrain(b, newStore, backlog, 1, false) })
 	}
 }
 
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, c := range []struct{ backlog, workers int }{{100, 1}, {1000, 1}, {10_000, 1}, {1000, 8}} {
 		b.Run(fmt.Sprintf("backlog=%d/workers=%d", c.backlog, c.workers), func(b *testing.B) {
-			benchDrain(b, c.backlog, c.workers, true)
+			benchDrain(b, newStore, c.backlog, c.workers, true)
 		})
 	}
 }
 
-func benchDrain(b *testing.B, backlog, workers int, complete bool) {
+// BenchmarkClaimCompleteHooks is the claim and COMPLETE path of `whilly serve` with the
+// App and TRIZ on (servingHooks: one more transaction round trip per batch and the hooks'
+// statements), beside the same store without hooks.
+func BenchmarkClaimCompleteHooks(b *testing.B) {
+	for _, hooks := range []bool{false, true} {
+		mk := newStore
+		if hooks {
+			mk = servingStore
+		}
+		for _, workers := range []int{1, 8, 16} {
+			b.Run(fmt.Sprintf("hooks=%v/workers=%d", hooks, workers), func(b *testing.B) {
+				benchDrain(b, mk, 1000, workers, true)
+			})
+		}
+	}
+}
+
+// servingStore is a store with the hooks of `whilly serve` (servingHooks).
+func servingStore(tb testing.TB) (*queue.Store, *pgxpool.Pool) {
+	pool := testkit.DB(tb)
+	return queue.NewStore(pool, nil, queue.Config{Hooks: servingHooks(tb, pool)}), pool
+}
+
+func benchDrain(b *testing.B, newStore storeMaker, backlog, workers int, complete bool) {
 	ctx := context.Background()
 	st, _ := newStore(b)
 	const planID = "bench"

@@ -55,6 +55,10 @@ func mustClaim(t testing.TB, st *queue.Store, w queue.Worker, planID string) *qu
 }
 
 func TestConcurrentClaimersGetEachTaskOnce(t *testing.T) {
+	eachStore(t, testConcurrentClaimersGetEachTaskOnce)
+}
+
+func testConcurrentClaimersGetEachTaskOnce(t *testing.T, newStore storeMaker) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool := newStore(t)
@@ -99,6 +103,10 @@ func TestConcurrentClaimersGetEachTaskOnce(t *testing.T) {
 }
 
 func TestDependencyChainRunsInOrderWithEightWorkers(t *testing.T) {
+	eachStore(t, testDependencyChainRunsInOrderWithEightWorkers)
+}
+
+func testDependencyChainRunsInOrderWithEightWorkers(t *testing.T, newStore storeMaker) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _ := newStore(t)
@@ -170,6 +178,10 @@ func expireLeases(t testing.TB, pool *pgxpool.Pool, planID string) {
 }
 
 func TestExpiredLeaseIsReclaimedAndOldHolderGetsLeaseLost(t *testing.T) {
+	eachStore(t, testExpiredLeaseIsReclaimedAndOldHolderGetsLeaseLost)
+}
+
+func testExpiredLeaseIsReclaimedAndOldHolderGetsLeaseLost(t *testing.T, newStore storeMaker) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool := newStore(t)
@@ -209,6 +221,10 @@ func TestExpiredLeaseIsReclaimedAndOldHolderGetsLeaseLost(t *testing.T) {
 }
 
 func TestFailRetriesWithBackoffThenFails(t *testing.T) {
+	eachStore(t, testFailRetriesWithBackoffThenFails)
+}
+
+func testFailRetriesWithBackoffThenFails(t *testing.T, newStore storeMaker) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool := newStore(t)
@@ -280,6 +296,10 @@ func TestNonRetryableFailureFailsAtOnce(t *testing.T) {
 }
 
 func TestBudgetCrossingIsRecordedExactlyOnce(t *testing.T) {
+	eachStore(t, testBudgetCrossingIsRecordedExactlyOnce)
+}
+
+func testBudgetCrossingIsRecordedExactlyOnce(t *testing.T, newStore storeMaker) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool := newStore(t)

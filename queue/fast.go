@@ -11,17 +11,50 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// The hot paths of a store without hooks — claims, and completions that charge nothing —
-// run in batches (see group): concurrent calls of one key share a statement, its implicit
-// transaction, its commit and its NOTIFY. A completion whose plan it might settle gives
+// The hot paths — claims, and completions that charge nothing — run in batches (see
+// group): concurrent calls of one key share a statement, its transaction, its commit and
+// its NOTIFY, and the store's PlanChanged hook runs once per batch for each plan the batch
+// changed, in that transaction (batchTx). A completion whose plan it might settle gives
 // up there (errCareful) and takes the careful path, under the plan's row lock.
 
 // maxBatch caps the calls answered by one statement.
 const maxBatch = 64
 
-// fast reports whether a completion may take the batched path: it charges nothing, and no
-// hook needs to run in its transaction.
-func (s *Store) fast(in CompleteInput) bool { return in.Cost == 0 && s.cfg.Hooks.PlanChanged == nil }
+// fast reports whether a completion may take the batched path: it charges nothing, so
+// it cannot cross the plan's budget.
+func fast(in CompleteInput) bool { return in.Cost == 0 }
+
+// batchTx runs the statements of a batch (fn, which returns the plans they changed) and
+// then the PlanChanged hook once for each of those plans, in id order (two batches that
+// touch the same plans take the hooks' locks in one order), all in one transaction: what
+// the hook writes commits exactly when the batch does, and a hook's error rolls the batch
+// back. Without a hook, fn runs on the pool: its pipeline is one implicit transaction and
+// one round trip.
+func (s *Store) batchTx(ctx context.Context, fn func(q querier) (changed []string, err error)) error {
+	if s.cfg.Hooks.PlanChanged == nil {
+		_, err := fn(s.pool)
+		return err
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		changed, err := fn(tx)
+		if err != nil {
+			return err
+		}
+		slices.Sort(changed)
+		return s.changed(ctx, tx, slices.Compact(changed)...)
+	})
+}
+
+// claimedPlans returns the plans of the tasks claimed.
+func claimedPlans(cs []*Claim) []string {
+	var ids []string
+	for _, c := range cs {
+		if c != nil {
+			ids = append(ids, c.Task.PlanID)
+		}
+	}
+	return ids
+}
 
 // genericPlans makes the statements after it, in its transaction, use the generic plan
 // of their prepared statement. Planning the claim statement costs about 0.8 ms, eight
@@ -57,7 +90,12 @@ func keyOf(req ClaimRequest) claimKey {
 
 // claimBatch answers a batch of claims of one key (the claims group's run).
 func (s *Store) claimBatch(ctx context.Context, key claimKey, reqs []ClaimRequest) ([]*Claim, []error) {
-	cs, err := claimTasks(ctx, s.pool, s.cfg.LeaseTTL, key.plan, reqs[0].Labels, reqs[0].Scopes, reqs)
+	var cs []*Claim
+	err := s.batchTx(ctx, func(q querier) ([]string, error) {
+		var err error
+		cs, err = claimTasks(ctx, q, s.cfg.LeaseTTL, key.plan, reqs[0].Labels, reqs[0].Scopes, reqs)
+		return claimedPlans(cs), err
+	})
 	if err != nil {
 		return make([]*Claim, len(reqs)), fill(len(reqs), err)
 	}
@@ -66,6 +104,9 @@ func (s *Store) claimBatch(ctx context.Context, key claimKey, reqs []ClaimReques
 
 // errCareful: the batched path gave up and wrote nothing; take the careful one.
 var errCareful = errors.New("take the careful path")
+
+// errGaveUp rolls back the transaction of a batch whose completions gave up.
+var errGaveUp = errors.New("the completions gave up")
 
 // completeUnsettledSQL completes tasks of plan $1 without touching the plan, provided
 // another of its tasks stays live until the commit: one that waits with every dependency
@@ -174,19 +215,37 @@ func gaveUp(err error, n int) (completed, error) {
 // completeBatch completes a batch of tasks of one plan in one statement (the completions
 // group's run).
 func (s *Store) completeBatch(ctx context.Context, planID string, cs []completion) ([]TaskInfo, []error) {
-	b := hotBatch()
-	b.Queue(completeUnsettledSQL, completeArgs(planID, cs)...)
-	br := s.pool.SendBatch(ctx, b)
-	rows, err := hotQuery(br)
-	done, err := scanCompleted(rows, err, len(cs))
-	// A statement that gave up fails its transaction, and Close says so again.
-	if cerr := br.Close(); err == nil && !done.gaveUp {
-		err = cerr
-	}
-	if err != nil {
+	var done completed
+	err := s.batchTx(ctx, func(q querier) ([]string, error) {
+		b := hotBatch()
+		b.Queue(completeUnsettledSQL, completeArgs(planID, cs)...)
+		br := q.SendBatch(ctx, b)
+		rows, err := hotQuery(br)
+		done, err = scanCompleted(rows, err, len(cs))
+		// A statement that gave up fails its transaction, and Close says so again.
+		if cerr := br.Close(); err == nil && !done.gaveUp {
+			err = cerr
+		}
+		if err == nil && done.gaveUp {
+			err = errGaveUp
+		}
+		return done.changed(planID), err
+	})
+	switch {
+	case errors.Is(err, errGaveUp):
+		return make([]TaskInfo, len(cs)), fill(len(cs), errCareful)
+	case err != nil:
 		return make([]TaskInfo, len(cs)), fill(len(cs), fmt.Errorf("complete tasks of plan %s: %w", planID, err))
 	}
 	return done.tasks, done.errs
+}
+
+// changed returns the plan when some completion went through, else nothing.
+func (c completed) changed(planID string) []string {
+	if slices.Contains(c.errs, nil) {
+		return []string{planID}
+	}
+	return nil
 }
 
 // handoff is a completion that also claims the worker's next task.
@@ -206,15 +265,15 @@ type handedOff struct {
 }
 
 // CompleteAndClaim completes the task like Complete, then claims the worker's next task
-// like Claim (next; nil when nothing is claimable). Without hooks and cost, both go in one
-// round trip and one transaction, batched with other workers' (see handoffBatch). An
+// like Claim (next; nil when nothing is claimable). Without cost, both go in one
+// transaction, batched with other workers' (see handoffBatch). An
 // error is the completion's; a claim that fails after it is only logged.
 func (s *Store) CompleteAndClaim(ctx context.Context, l Lease, in CompleteInput, next ClaimRequest) (TaskInfo, *Claim, error) {
 	p, err := completePayload(l, in)
 	if err != nil {
 		return TaskInfo{}, nil, err
 	}
-	if s.fast(in) {
+	if fast(in) {
 		h, err := s.handoffs.do(ctx, handoffKey{plan: l.PlanID, claim: keyOf(next)}, handoff{completion{lease: l, result: in.Result, payload: p}, next})
 		switch {
 		case err == nil:
@@ -257,28 +316,39 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff) 
 	if key.claim.plan != "" {
 		claim = handoffClaimPlanSQL
 	}
-	b := hotBatch()
-	b.Queue(completeUnsettledSQL, completeArgs(key.plan, cs)...)
-	b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs[0].Scopes, reqs), key.plan, tasks)...)
-	br := s.pool.SendBatch(ctx, b)
 	out := make([]handedOff, len(hs))
-	rows, qerr := hotQuery(br)
-	done, err := scanCompleted(rows, qerr, len(hs))
-	if err == nil && !done.gaveUp {
+	var done completed
+	err := s.batchTx(ctx, func(q querier) ([]string, error) {
+		b := hotBatch()
+		b.Queue(completeUnsettledSQL, completeArgs(key.plan, cs)...)
+		b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs[0].Scopes, reqs), key.plan, tasks)...)
+		br := q.SendBatch(ctx, b)
+		rows, qerr := hotQuery(br)
+		var err error
+		done, err = scanCompleted(rows, qerr, len(hs))
 		var claims []*Claim
-		rows, qerr := br.Query()
-		if claims, err = scanClaims(rows, qerr, len(hs)); err == nil {
-			for i, c := range claims {
-				out[i].next = c
+		if err == nil && !done.gaveUp {
+			rows, qerr := br.Query()
+			if claims, err = scanClaims(rows, qerr, len(hs)); err == nil {
+				for i, c := range claims {
+					out[i].next = c
+				}
 			}
 		}
-	}
-	// When the completions gave up, the claims did not run, and Close says so again.
-	if cerr := br.Close(); err == nil && !done.gaveUp {
-		err = cerr
-	}
-	if err != nil {
-		return out, fill(len(hs), fmt.Errorf("complete tasks of plan %s and claim the next: %w", key.plan, err))
+		// When the completions gave up, the claims did not run, and Close says so again.
+		if cerr := br.Close(); err == nil && !done.gaveUp {
+			err = cerr
+		}
+		if err == nil && done.gaveUp {
+			err = errGaveUp
+		}
+		return append(done.changed(key.plan), claimedPlans(claims)...), err
+	})
+	switch {
+	case errors.Is(err, errGaveUp):
+		return make([]handedOff, len(hs)), fill(len(hs), errCareful)
+	case err != nil:
+		return make([]handedOff, len(hs)), fill(len(hs), fmt.Errorf("complete tasks of plan %s and claim the next: %w", key.plan, err))
 	}
 	for i := range hs {
 		out[i].task = done.tasks[i]

@@ -31,6 +31,10 @@ func assertEndedOnce(t *testing.T, st *queue.Store, pool *pgxpool.Pool, id strin
 // tasks and chains, half of them taking their next task with the completion: every task
 // is done once, and every plan ends DONE with exactly one plan.done.
 func TestBatchedCompletionsSettleThePlanOnce(t *testing.T) {
+	eachStore(t, testBatchedCompletionsSettleThePlanOnce)
+}
+
+func testBatchedCompletionsSettleThePlanOnce(t *testing.T, newStore storeMaker) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool := newStore(t)
@@ -108,6 +112,10 @@ func TestBatchedCompletionsSettleThePlanOnce(t *testing.T) {
 // complete at no cost at the same moment. Whichever transaction commits last decides:
 // the plan ends FAILED, once.
 func TestBatchedCompletionRacingAFinalFailure(t *testing.T) {
+	eachStore(t, testBatchedCompletionRacingAFinalFailure)
+}
+
+func testBatchedCompletionRacingAFinalFailure(t *testing.T, newStore storeMaker) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool := newStore(t)
@@ -147,6 +155,10 @@ func TestBatchedCompletionRacingAFinalFailure(t *testing.T) {
 // TestCompleteAndClaimWithAStaleLease: the completion is refused (409), and no claim is
 // made for the worker: it holds only what it held, and no event is written.
 func TestCompleteAndClaimWithAStaleLease(t *testing.T) {
+	eachStore(t, testCompleteAndClaimWithAStaleLease)
+}
+
+func testCompleteAndClaimWithAStaleLease(t *testing.T, newStore storeMaker) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool := newStore(t)
@@ -187,7 +199,9 @@ func TestCompleteAndClaimWithAStaleLease(t *testing.T) {
 
 // TestHandoffsHandOutEachTaskOnce: 32 workers that take each next task with their
 // completion drain 1,000 tasks; every task is done exactly once and the plan once.
-func TestHandoffsHandOutEachTaskOnce(t *testing.T) {
+func TestHandoffsHandOutEachTaskOnce(t *testing.T) { eachStore(t, testHandoffsHandOutEachTaskOnce) }
+
+func testHandoffsHandOutEachTaskOnce(t *testing.T, newStore storeMaker) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool := newStore(t)
@@ -230,6 +244,10 @@ func TestHandoffsHandOutEachTaskOnce(t *testing.T) {
 // other: every completion either goes through or finds its lease gone, and the cancel
 // succeeds.
 func TestCancelRacingBatchedCompletions(t *testing.T) {
+	eachStore(t, testCancelRacingBatchedCompletions)
+}
+
+func testCancelRacingBatchedCompletions(t *testing.T, newStore storeMaker) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _ := newStore(t)

@@ -36,7 +36,9 @@ type Config struct {
 	// MaxAttempts is the attempt limit of tasks that name none (WHILLY_MAX_ATTEMPTS);
 	// default plan.DefaultMaxAttempts.
 	MaxAttempts int
-	Hooks       Hooks
+	// Hooks are fixed when the store is built: every transaction of the store runs the
+	// same hooks, whichever part of the process made the change.
+	Hooks Hooks
 }
 
 // Hooks let other packages act inside the store's transactions — typically to insert a
@@ -97,7 +99,7 @@ type Store struct {
 	log  *slog.Logger
 	cfg  Config
 
-	// claims and completions batch the hot paths of stores without hooks.
+	// claims, completions and handoffs batch the hot paths (fast.go).
 	claims      *group[claimKey, ClaimRequest, *Claim]
 	completions *group[string, completion, TaskInfo]
 	handoffs    *group[handoffKey, handoff, handedOff]
@@ -118,13 +120,6 @@ func NewStore(pool *pgxpool.Pool, log *slog.Logger, cfg Config) *Store {
 // querier is a pool or a transaction.
 type querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// WithHooks returns a store on the same pool whose transactions run hooks.
-func (s *Store) WithHooks(h Hooks) *Store {
-	c := *s
-	c.cfg.Hooks = h
-	return &c
 }
 
 // Pool returns the connection pool the store uses.

@@ -103,7 +103,7 @@ func failedTask(t *testing.T, hooks queue.Hooks) (*queue.Store, *pgxpool.Pool, q
 		t.Fatalf("claim: %v %v", c, err)
 	}
 	lease := queue.Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: w.ID}
-	ti, err := st.WithHooks(hooks).Fail(ctx, lease, queue.FailInput{Reason: "verify_failed", Cost: 100_000})
+	ti, err := queue.NewStore(pool, nil, queue.Config{Hooks: hooks}).Fail(ctx, lease, queue.FailInput{Reason: "verify_failed", Cost: 100_000})
 	if err != nil {
 		t.Fatalf("fail: %v", err)
 	}
@@ -355,11 +355,11 @@ func TestEnqueueFailsOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := queue.NewStore(pool, nil, queue.Config{}).WithHooks(queue.Hooks{
+	st := queue.NewStore(pool, nil, queue.Config{Hooks: queue.Hooks{
 		TaskFailed: func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error {
 			return triz.Enqueue(ctx, tx, jobs, f, nil)
 		},
-	})
+	}})
 	p, _ := plan.Parse([]byte(testPlan))
 	if _, err := st.Import(ctx, p, queue.ImportOptions{}); err != nil {
 		t.Fatal(err)
