@@ -45,6 +45,7 @@ type OAuth struct {
 	base *url.URL // REST API
 	web  url.URL  // github.com or the GHES host
 	hc   *http.Client
+	tr   http.RoundTripper
 }
 
 // NewOAuth checks the configuration and returns the client.
@@ -63,7 +64,7 @@ func NewOAuth(cfg OAuthConfig) (*OAuth, error) {
 	if tr == nil {
 		tr = newTransport()
 	}
-	return &OAuth{cfg: cfg, base: base, web: webBase(base), hc: &http.Client{Transport: tr, Timeout: cfg.Timeout}}, nil
+	return &OAuth{cfg: cfg, base: base, web: webBase(base), hc: &http.Client{Transport: tr, Timeout: cfg.Timeout}, tr: tr}, nil
 }
 
 // NewVerifier returns a fresh PKCE code verifier (RFC 7636): 32 random bytes, base64url.
@@ -264,4 +265,16 @@ func permissionOf(p map[string]bool) string {
 
 func permissionRank(level string) int {
 	return slices.IndexFunc(permissionLevels(), func(l permissionLevel) bool { return l.level == level })
+}
+
+// Revoke deletes the user's token on GitHub (DELETE /applications/{client_id}/token,
+// authenticated as the App's OAuth client), so that it is of no use to anyone once
+// whilly has read what it needed.
+func (o *OAuth) Revoke(ctx context.Context, token string) error {
+	gh := github.NewClient(&http.Client{Timeout: o.cfg.Timeout, Transport: &github.BasicAuthTransport{
+		Username: o.cfg.ClientID, Password: o.cfg.ClientSecret, Transport: o.tr}})
+	gh.BaseURL = o.base
+	gh.UserAgent = "whilly"
+	resp, err := gh.Authorizations.Revoke(ctx, o.cfg.ClientID, token)
+	return mapErr("revoke the user's token", resp, err)
 }

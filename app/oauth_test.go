@@ -87,6 +87,19 @@ func TestOAuthSignInReadsTheUsersRepositoriesWithTheirPermissions(t *testing.T) 
 	if _, err := o.Exchange(ctx, q.Get("code"), testRedirect, verifier); !isOAuthError(err, "bad_verification_code") {
 		t.Errorf("replayed code: %v, want bad_verification_code", err)
 	}
+	// Revoked, the token reads nothing more.
+	if err := o.Revoke(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	if issued, live := gh.UserTokens(); issued != 1 || live != 0 {
+		t.Errorf("user tokens: %d issued, %d live; want 1, 0", issued, live)
+	}
+	if _, err := o.UserAccess(ctx, tok); err == nil {
+		t.Error("a revoked token still reads the user")
+	}
+	if err := o.Revoke(ctx, tok); !errors.Is(err, ErrNotFound) {
+		t.Errorf("revoking twice: %v, want not found", err)
+	}
 }
 
 func isOAuthError(err error, code string) bool {
@@ -131,7 +144,7 @@ func TestOAuthExchangeRefusals(t *testing.T) {
 	if q.Get("error") != "access_denied" || q.Get("code") != "" || q.Get("state") != "s2" {
 		t.Errorf("denied: callback query %v", q)
 	}
-	if n := gh.UserTokens(); n != 0 {
+	if n, _ := gh.UserTokens(); n != 0 {
 		t.Errorf("%d user tokens issued, want none", n)
 	}
 	// The token endpoint failing.

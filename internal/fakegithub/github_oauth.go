@@ -47,6 +47,7 @@ type oauthCode struct {
 type oauthToken struct {
 	login   string
 	expires time.Time
+	revoked bool
 }
 
 // oauthCodeTTL is how long GitHub honours an authorization code.
@@ -85,11 +86,17 @@ func (g *GitHub) OAuthAuthorizations() []OAuthAuthorization {
 	return slices.Clone(g.oauth.requests)
 }
 
-// UserTokens counts the user tokens issued so far.
-func (g *GitHub) UserTokens() int {
+// UserTokens counts the user tokens issued so far, and those of them still live (not
+// revoked, not expired).
+func (g *GitHub) UserTokens() (issued, live int) {
 	g.oauth.mu.Lock()
 	defer g.oauth.mu.Unlock()
-	return len(g.oauth.tokens)
+	for _, t := range g.oauth.tokens {
+		if !t.revoked && time.Now().Before(t.expires) {
+			live++
+		}
+	}
+	return len(g.oauth.tokens), live
 }
 
 // oauthRoutes come before the route table: GET /user answers a user token here and
@@ -104,6 +111,7 @@ func (g *GitHub) oauthRoutes() []fakeRoute {
 		rt("GET", `/user`, g.oauthUser),
 		rt("GET", `/user/installations`, g.userInstallations),
 		rt("GET", `/user/installations/([0-9]+)/repositories`, g.userInstallationRepos),
+		rt("DELETE", `/applications/([^/]+)/token`, g.revokeUserToken),
 	}
 }
 
@@ -196,6 +204,32 @@ func (g *GitHub) oauthAccessToken(w http.ResponseWriter, r *http.Request, _ int6
 		"expires_in": 28800, "refresh_token": "ghr_" + randomHex(30), "refresh_token_expires_in": 15897600})
 }
 
+// revokeUserToken is DELETE /applications/{client_id}/token: the App's OAuth client
+// (basic auth) revokes one of its user tokens.
+func (g *GitHub) revokeUserToken(w http.ResponseWriter, r *http.Request, _ int64, m []string) int {
+	id, secret, ok := r.BasicAuth()
+	var body struct {
+		AccessToken string `json:"access_token"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		return writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Problems parsing JSON"})
+	}
+	g.oauth.mu.Lock()
+	defer g.oauth.mu.Unlock()
+	g.oauthInitLocked()
+	if !ok || id != g.oauth.id || secret != g.oauth.secret || m[1] != g.oauth.id {
+		return writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials"})
+	}
+	t, ok := g.oauth.tokens[body.AccessToken]
+	if !ok || t.revoked {
+		return notFound(w)
+	}
+	t.revoked = true
+	g.oauth.tokens[body.AccessToken] = t
+	w.WriteHeader(http.StatusNoContent)
+	return http.StatusNoContent
+}
+
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
@@ -207,7 +241,7 @@ func (g *GitHub) userOf(r *http.Request) (string, bool) {
 	g.oauth.mu.Lock()
 	defer g.oauth.mu.Unlock()
 	t, ok := g.oauth.tokens[tok]
-	if !ok || time.Now().After(t.expires) {
+	if !ok || t.revoked || time.Now().After(t.expires) {
 		return "", false
 	}
 	return t.login, true
