@@ -245,6 +245,10 @@ func (a *app) newControlPlane(ctx context.Context, base *queue.Store) (*controlP
 		return nil, err
 	}
 	srv.Mount("/*", dash)
+	if err := a.mountOperator(srv, dash, rc); err != nil {
+		cancel()
+		return nil, err
+	}
 	hs := srv.HTTPServer()
 	// Shutdown does not cancel requests in flight: end long-polls and streams at once.
 	hs.RegisterOnShutdown(srv.Drain)

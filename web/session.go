@@ -149,9 +149,10 @@ func (h *Handler) StartSession(w http.ResponseWriter, r *http.Request, p Princip
 }
 
 type signinView struct {
-	Next  string
-	CSRF  string
-	Error string
+	Next   string
+	CSRF   string
+	Error  string
+	GitHub bool // "Sign in with GitHub" is offered (github.go)
 }
 
 // signinPage shows the token form, with a fresh CSRF token in a cookie and the form.
@@ -175,7 +176,7 @@ func (h *Handler) renderSignin(w http.ResponseWriter, r *http.Request, status in
 	}
 	h.setCookie(w, r, signinCookie, tok, time.Hour)
 	w.Header().Set("Cache-Control", "no-store")
-	h.render(w, r, status, "signin", frame{Title: "Sign in", Page: signinView{Next: safeNext(next), CSRF: tok, Error: msg}})
+	h.render(w, r, status, "signin", frame{Title: "Sign in", Page: signinView{Next: safeNext(next), CSRF: tok, Error: msg, GitHub: h.github != nil}})
 }
 
 // signin checks the pasted token — a read or admin API token — and starts its session.

@@ -83,6 +83,8 @@ type Handler struct {
 	mux    *http.ServeMux
 	pages  map[string]*template.Template
 	secure bool // cookies are Secure whatever the request says
+	// github is "Sign in with GitHub" (github.go); nil: not offered.
+	github *githubSignIn
 }
 
 // New builds the dashboard over store.

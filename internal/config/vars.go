@@ -73,6 +73,8 @@ const (
 	PRMaxRounds             Name = "WHILLY_PR_MAX_ROUNDS"
 	DispatchActions         Name = "WHILLY_DISPATCH_ACTIONS"
 	DispatchInterval        Name = "WHILLY_DISPATCH_INTERVAL"
+	GitHubClientID          Name = "WHILLY_GITHUB_CLIENT_ID"
+	GitHubClientSecret      Name = "WHILLY_GITHUB_CLIENT_SECRET"
 )
 
 // AgentNames are the built-in agents (a test in package agent keeps them equal to
@@ -221,6 +223,10 @@ func Vars() []Var {
 			Doc: "`1`: send `repository_dispatch` `whilly-work` when a plan of a repository starts"},
 		{Name: DispatchInterval, Section: secGitHub, Kind: KindDuration, Default: "10m", Commands: srv,
 			Doc: "dispatch again at most this often while ready tasks wait with nothing claiming"},
+		{Name: GitHubClientID, Section: secGitHub, Kind: KindString, Commands: []Command{Serve}, Needs: []Name{GitHubClientSecret},
+			DefaultText: "the App file's client_id", Doc: "the App's OAuth client id: with its secret, the dashboard offers \"Sign in with GitHub\""},
+		{Name: GitHubClientSecret, Section: secGitHub, Kind: KindSecret, Commands: []Command{Serve}, Needs: []Name{GitHubClientID},
+			DefaultText: "the App file's client_secret", Doc: "the App's OAuth client secret (\"Sign in with GitHub\")"},
 	}
 }
 

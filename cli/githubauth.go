@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	ghapp "github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/control"
+	"github.com/whilly-go/whilly/internal/config"
+	"github.com/whilly-go/whilly/web"
+)
+
+// githubSignIn is the dashboard's "Sign in with GitHub" when the App's OAuth client is
+// known — WHILLY_GITHUB_CLIENT_ID and WHILLY_GITHUB_CLIENT_SECRET, else the client id and
+// secret in the file of `whilly app create` — and nil when it is not.
+func (a *app) githubSignIn() (web.GitHubSignIn, error) {
+	id := a.cfg.String(config.GitHubClientID)
+	secret, err := a.cfg.Secret(config.GitHubClientSecret)
+	if err != nil {
+		return nil, envErr(err)
+	}
+	if id == "" {
+		cred, ok, err := a.appCredentials()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, nil
+		}
+		id, secret = cred.ClientID, cred.ClientSecret
+	}
+	if id == "" || secret == "" {
+		return nil, nil
+	}
+	if err := a.cfg.Err(config.GitHubAPIURL); err != nil {
+		return nil, envErr(err)
+	}
+	o, err := ghapp.NewOAuth(ghapp.OAuthConfig{ClientID: id, ClientSecret: secret, APIURL: a.cfg.Raw(config.GitHubAPIURL)})
+	if err != nil {
+		return nil, envf("sign in with GitHub: %w", err)
+	}
+	return oauthSignIn{o: o, log: a.log}, nil
+}
+
+// oauthSignIn is app.OAuth in the shape the dashboard asks for.
+type oauthSignIn struct {
+	o   *ghapp.OAuth
+	log *slog.Logger
+}
+
+func (s oauthSignIn) AuthorizeURL(redirectURI, state, verifier string) string {
+	return s.o.AuthorizeURL(redirectURI, state, verifier)
+}
+
+// SignIn exchanges the code, reads what the user reaches with the token, and revokes the
+// token: whilly keeps no GitHub credential of the user. A failed revocation is logged
+// and does not undo the sign-in (the token expires within eight hours anyway).
+func (s oauthSignIn) SignIn(ctx context.Context, code, redirectURI, verifier string) (web.GitHubUser, error) {
+	tok, err := s.o.Exchange(ctx, code, redirectURI, verifier)
+	if err != nil {
+		return web.GitHubUser{}, err
+	}
+	ua, err := s.o.UserAccess(ctx, tok)
+	if rerr := s.o.Revoke(context.WithoutCancel(ctx), tok); rerr != nil {
+		s.log.WarnContext(ctx, "the signed-in user's GitHub token could not be revoked; it expires by itself", "error", rerr)
+	}
+	if err != nil {
+		return web.GitHubUser{}, fmt.Errorf("sign in with GitHub: %w", err)
+	}
+	u := web.GitHubUser{Login: ua.Login}
+	for _, r := range ua.Repos {
+		u.ReadRepos = append(u.ReadRepos, r.Repo.String())
+		if ghapp.CanWrite(r.Permission) {
+			u.WriteRepos = append(u.WriteRepos, r.Repo.String())
+		}
+	}
+	return u, nil
+}
+
+// mountOperator adds to the dashboard what the operator gets besides its pages: "Sign in
+// with GitHub" when the App's OAuth client is configured, and River's UI at /riverui/
+// for admin sessions.
+func (a *app) mountOperator(srv *control.Server, dash *web.Handler, rc *river.Client[pgx.Tx]) error {
+	gs, err := a.githubSignIn()
+	if err != nil {
+		return err
+	}
+	if gs != nil {
+		dash.EnableGitHubSignIn(gs, a.cfg.String(config.PublicURL))
+	}
+	rui, err := newRiverUI(rc, a.log)
+	if err != nil {
+		return err
+	}
+	srv.Mount(riverUIPath+"/*", dash.RequireAdmin(rui))
+	return nil
+}
