@@ -32,6 +32,7 @@ line, always the last.`,
 	}
 	cmd.AddCommand(a.benchClaims(), a.benchE2E())
 	cmd.AddCommand(a.benchIntake(), a.benchScale())
+	cmd.AddCommand(a.benchIdle())
 	return cmd
 }
 
@@ -371,5 +372,104 @@ func (a *app) runBenchSandbox(ctx context.Context, s bench.Setup, o benchE2EFlag
 		return err
 	}
 	a.printf("sandbox_added_p50_ms=%.1f sandbox_added_p99_ms=%.1f target_ms=%.0f\n", res.AddedP50Ms, res.AddedP99Ms, res.TargetP50Ms)
+	return nil
+}
+
+// benchIdleFlags are the idle benchmark's options and how to print them.
+type benchIdleFlags struct {
+	bench.IdleOptions
+	asJSON bool
+}
+
+func (a *app) benchIdle() *cobra.Command {
+	var o benchIdleFlags
+	cmd := &cobra.Command{
+		Use:   "idle [--workers 10000]",
+		Short: "What long-polling workers cost one whilly serve while they wait, and how fast one of them wakes",
+		Long: `Starts 'whilly serve' (this binary, configured by this environment) in a process of its
+own on a loopback port over the bench's database, registers N scratch workers, and has
+them all long-poll a scratch plan from this process, each over an HTTP/1.1 keep-alive
+connection of its own (the open-file limit is raised as far as the hard limit allows).
+Then, while they wait:
+
+  memory    the server's resident memory (VmRSS of /proc/PID/status) and Go heap in use
+            (go_memstats_heap_inuse_bytes of its /metrics) before the workers connect and
+            while they all wait; the difference over N is the cost of one waiting worker
+            (rss_per_worker_kib is the figure; heap_per_worker_kib leaves out goroutine
+            stacks and connection buffers outside the heap). Target: at most 64 KiB.
+  queries   the database's transactions (pg_stat_database xact_commit + xact_rollback)
+            over --window before the workers connect and over the same window while they
+            wait: idle_queries is the difference. River's maintenance and the listener's
+            pings are in both windows. Each waiting claim asks for 30 s (the server's cap)
+            and the window ends before the first of them runs out. Target: 0.
+  wake      --wakes times, one task is added to the plan they all wait on: the time from
+            the import's commit to a worker holding the claim of that task (p50, p99).
+            Target: p99 at most 50 ms.`,
+		Example: `  whilly bench idle
+  whilly bench idle --workers 2000 --wakes 100 --json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case o.Workers < 1 || o.Workers > 50_000:
+				return failf("--workers must be between 1 and 50000, got %d", o.Workers)
+			case o.Window < time.Second || o.Window > 20*time.Second:
+				return failf("--window must be between 1s and 20s, got %s", o.Window)
+			case o.Wakes < 1 || o.Wakes > 10_000:
+				return failf("--wakes must be between 1 and 10000, got %d", o.Wakes)
+			}
+			if o.Exe == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return envf("find the whilly binary to run serve with: %v; pass --serve-bin", err)
+				}
+				o.Exe = exe
+			}
+			if _, err := exec.LookPath(o.Exe); err != nil {
+				return envf("no whilly binary at %s (build it with 'make build', or pass --serve-bin PATH)", o.Exe)
+			}
+			return a.runBenchIdle(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Workers, "workers", 10_000, "long-polling workers, each on a connection of its own")
+	f.DurationVar(&o.Window, "window", 5*time.Second, "how long queries are counted, before and while the workers wait")
+	f.IntVar(&o.Wakes, "wakes", 50, "tasks added one at a time while the workers wait (the wake-up latency's samples)")
+	f.StringVar(&o.Exe, "serve-bin", "", "the whilly binary whose serve is measured (default: this one)")
+	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func (a *app) runBenchIdle(ctx context.Context, o benchIdleFlags) error {
+	s, err := a.benchSetup(ctx, 0)
+	if err != nil {
+		return err
+	}
+	if o.DatabaseURL, err = a.databaseURL(ctx); err != nil {
+		return err
+	}
+	o.Env = os.Environ()
+	res, err := bench.Idle(ctx, s, o.IdleOptions)
+	if err != nil {
+		return err
+	}
+	if o.asJSON {
+		return a.writeJSON(res)
+	}
+	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+	tw := newTable(a.io.Out)
+	tw.row("MEASURE", "BEFORE", "WAITING", "PER WORKER", "DETAIL")
+	tw.row("resident memory", mib(res.RSSBeforeBytes), mib(res.RSSWaitingBytes), fmt.Sprintf("%.1f KiB", res.RSSPerWorkerKiB),
+		fmt.Sprintf("whilly serve's VmRSS; %d workers connected in %.1f s, %d goroutines while they wait", res.Workers, res.ConnectSeconds, res.GoroutinesWaiting))
+	tw.row("Go heap in use", mib(res.HeapBeforeBytes), mib(res.HeapWaitingBytes), fmt.Sprintf("%.1f KiB", res.HeapPerWorkerKiB), "go_memstats_heap_inuse_bytes of its /metrics")
+	tw.row("transactions", fmt.Sprint(res.XactsBefore), fmt.Sprint(res.XactsWaiting), "-",
+		fmt.Sprintf("pg_stat_database over %.0f s; the waiting workers' cost: %d", res.WindowSeconds, res.IdleQueries))
+	tw.row("wake-up", "-", fmt.Sprintf("p50 %.2f ms", res.WakeP50Ms), "-",
+		fmt.Sprintf("p99 %.2f ms, max %.2f ms over %d tasks, from the import's commit to the claim's answer; from the import call: p50 %.2f ms, p99 %.2f ms",
+			res.WakeP99Ms, res.WakeMaxMs, res.Wakes, res.WakeFromCallP50Ms, res.WakeFromCallP99Ms))
+	if err := tw.flush(); err != nil {
+		return err
+	}
+	a.printf("workers=%d rss_per_worker_kib=%.1f heap_per_worker_kib=%.1f idle_queries=%d wake_p50_ms=%.2f wake_p99_ms=%.2f\n",
+		res.Workers, res.RSSPerWorkerKiB, res.HeapPerWorkerKiB, res.IdleQueries, res.WakeP50Ms, res.WakeP99Ms)
 	return nil
 }

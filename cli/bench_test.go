@@ -141,3 +141,39 @@ func TestBenchE2ESandbox(t *testing.T) {
 	t.Logf("the sandbox adds %.1f ms (p50) per attempt", res.AddedP50Ms)
 	assertNoScratch(t, dsn)
 }
+
+// `whilly bench idle` runs whilly serve in a process of its own, parks workers on it and
+// wakes them; its last line is the summary, and nothing of it stays behind.
+func TestBenchIdleSmall(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds whilly: skipped with -short")
+	}
+	bin := buildWhilly(t)
+	dsn := testkit.DSN(t)
+	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn},
+		"idle", "--workers", "20", "--wakes", "3", "--window", "1s", "--serve-bin", bin)
+	last := lastLine(out)
+	re := regexp.MustCompile(`^workers=20 rss_per_worker_kib=-?\d+\.\d heap_per_worker_kib=-?\d+\.\d idle_queries=\d+ wake_p50_ms=\d+\.\d\d wake_p99_ms=\d+\.\d\d$`)
+	if !re.MatchString(last) {
+		t.Fatalf("last line %q is not the key=value summary\n%s", last, out)
+	}
+	t.Log(last)
+	assertNoScratch(t, dsn)
+}
+
+// buildWhilly builds whilly into a temporary directory.
+func buildWhilly(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "whilly")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command to build whilly with: %v", err)
+	}
+	build := exec.Command(goBin, "build", "-o", bin, "./cmd/whilly")
+	build.Dir = ".."
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build whilly: %v\n%s", err, b)
+	}
+	return bin
+}

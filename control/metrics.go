@@ -39,6 +39,8 @@ type metrics struct {
 	attempts    *prometheus.CounterVec   // by outcome
 	attemptDur  *prometheus.HistogramVec // by outcome, as the worker measured it
 	spend       *prometheus.CounterVec   // USD by installation
+	// claimsWaiting is the long-polling claims asleep right now (not querying).
+	claimsWaiting prometheus.Gauge
 
 	perPlan bool // plan ids may be labels (the metrics token is set)
 	// installations caches plan → installation label for spend; plans never change it.
@@ -112,6 +114,10 @@ func newMetrics(s *Server) *metrics {
 		listenerDesc: prometheus.NewDesc("whilly_listener_up",
 			"1 when the LISTEN connection is up.", nil, nil),
 	}
+	m.claimsWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "whilly_claims_waiting", Help: "Long-polling claims asleep on this control plane, waiting for a task.",
+	})
+	m.reg.MustRegister(m.claimsWaiting)
 	m.reg.MustRegister(m.claims, m.completions, m.failures, m.claimWait, m.requests, m.duration, m.attempts, m.attemptDur, m.spend,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo(version.Get()))

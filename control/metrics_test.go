@@ -187,3 +187,40 @@ func TestMetricsCountALostAttemptsChargeOnce(t *testing.T) {
 		}
 	}
 }
+
+// whilly_claims_waiting counts the long-polling claims asleep: one while a claim waits,
+// none once it has been answered.
+func TestMetricsClaimsWaiting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{control: control.Config{MetricsToken: "metrics-token"}})
+	e.importPlan(`{"plan_id": "wait/1", "project": "Waiting", "tasks": [
+		{"id": "A", "priority": "high", "description": "a task no worker may take", "labels": ["gpu"]}]}`)
+	w, _ := e.worker()
+	waiting := func() string {
+		status, body := e.do("GET", "/metrics", "metrics-token", nil)
+		if status != 200 {
+			t.Fatalf("/metrics: %d %s", status, body)
+		}
+		for line := range strings.SplitSeq(body, "\n") {
+			if v, ok := strings.CutPrefix(line, "whilly_claims_waiting "); ok {
+				return v
+			}
+		}
+		t.Fatalf("/metrics lacks whilly_claims_waiting:\n%s", body)
+		return ""
+	}
+	if got := waiting(); got != "0" {
+		t.Fatalf("whilly_claims_waiting = %s before any claim, want 0", got)
+	}
+	ch := claimAsync(context.Background(), w, client.ClaimRequest{PlanID: "wait/1", WaitSeconds: 20})
+	waitFor(t, "the claim to be counted as waiting", func() bool { return waiting() == "1" })
+	e.importPlan(`{"plan_id": "wait/1", "project": "Waiting", "tasks": [
+		{"id": "A", "priority": "high", "description": "a task no worker may take", "labels": ["gpu"]},
+		{"id": "B", "priority": "high", "description": "a task any worker may take"}]}`)
+	if r := receive(t, ch); r.err != nil || r.claim == nil || r.claim.Task.ID != "B" {
+		t.Fatalf("claim = %+v, %v; want task B", r.claim, r.err)
+	}
+	if got := waiting(); got != "0" {
+		t.Errorf("whilly_claims_waiting = %s after the claim was answered, want 0", got)
+	}
+}

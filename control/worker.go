@@ -395,21 +395,25 @@ func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadl
 			sleep, retryTimer = degradedPoll, false
 		}
 		t := time.NewTimer(sleep)
+		s.metrics.claimsWaiting.Inc()
+		stop, err := false, error(nil)
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
+			stop, err = true, ctx.Err()
 		case <-s.draining:
-			t.Stop()
-			return nil, nil
+			stop = true
 		case <-wake:
-			t.Stop()
 			drain(wake)
 			floor = retryFloor
 		case <-t.C:
 			if retryTimer {
 				floor = min(floor*2, retryCeiling)
 			}
+		}
+		t.Stop()
+		s.metrics.claimsWaiting.Dec()
+		if stop {
+			return nil, err
 		}
 	}
 }

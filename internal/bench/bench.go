@@ -214,10 +214,8 @@ func (s Setup) progressf(format string, args ...any) {
 	}
 }
 
-// open connects, brings the schema up to date and starts a control plane on a
-// loopback port: with hooks, the serve configuration (the GitHub App against a fake
-// GitHub in this process, and TRIZ), else the bare one.
-func open(ctx context.Context, s Setup, hooks bool) (*env, error) {
+// connect connects and brings the schema up to date; open then starts the control plane.
+func connect(ctx context.Context, s Setup) (*env, error) {
 	cfg := s.Pool.Copy()
 	tr := &tracer{}
 	cfg.ConnConfig.Tracer = tr
@@ -238,12 +236,22 @@ func open(ctx context.Context, s Setup, hooks bool) (*env, error) {
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
-	e := &env{s: s, log: log, pool: pool, store: queue.NewStore(pool, log, s.Queue), tracer: tr,
-		suffix: fmt.Sprintf("%s-%s", time.Now().UTC().Format("20060102t150405"), hex.EncodeToString(b[:]))}
+	return &env{s: s, log: log, pool: pool, store: queue.NewStore(pool, log, s.Queue), tracer: tr,
+		suffix: fmt.Sprintf("%s-%s", time.Now().UTC().Format("20060102t150405"), hex.EncodeToString(b[:]))}, nil
+}
+
+// open is connect, then a control plane in this process on a loopback port: with
+// hooks, the serve configuration (the GitHub App against a fake GitHub in this
+// process, and TRIZ), else the bare one.
+func open(ctx context.Context, s Setup, hooks bool) (*env, error) {
+	e, err := connect(ctx, s)
+	if err != nil {
+		return nil, err
+	}
 	var lc net.ListenConfig
 	raw, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
-		pool.Close()
+		e.close(ctx)
 		return nil, fmt.Errorf("listen on a loopback port: %w", err)
 	}
 	e.ln = &countingListener{Listener: raw}
@@ -251,13 +259,12 @@ func open(ctx context.Context, s Setup, hooks bool) (*env, error) {
 	if hooks {
 		if so, err = e.startGitHub(ctx); err != nil {
 			_ = raw.Close()
-			pool.Close()
+			e.close(ctx)
 			return nil, err
 		}
 	}
 	if e.cp, err = s.Serve(ctx, e.store, e.ln, so); err != nil {
-		e.closeGitHub()
-		pool.Close()
+		e.close(ctx)
 		return nil, err
 	}
 	e.base = "http://" + raw.Addr().String()
@@ -268,14 +275,12 @@ func open(ctx context.Context, s Setup, hooks bool) (*env, error) {
 func (e *env) close(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := e.cp.Shutdown(ctx); err != nil {
-		e.log.WarnContext(ctx, "bench: control plane shutdown", "error", err)
-	}
-	for _, id := range e.workers {
-		if _, err := e.store.RevokeWorker(ctx, id); err != nil {
-			e.log.WarnContext(ctx, "bench: revoke scratch worker", "worker_id", id, "error", err)
+	if e.cp != nil {
+		if err := e.cp.Shutdown(ctx); err != nil {
+			e.log.WarnContext(ctx, "bench: control plane shutdown", "error", err)
 		}
 	}
+	e.revokeWorkers(ctx)
 	for _, id := range e.plans {
 		if _, err := e.store.ResetPlan(ctx, id, queue.ResetOptions{Hard: true}); err != nil && !errors.Is(err, queue.ErrNotFound) {
 			e.log.WarnContext(ctx, "bench: delete scratch plan", "plan_id", id, "error", err)
@@ -363,21 +368,63 @@ type worker struct {
 	api       *client.Client
 }
 
-func (e *env) registerWorkers(ctx context.Context, n int, labels []string) ([]worker, error) {
-	out := make([]worker, 0, n)
-	for i := range n {
-		w, token, err := e.store.RegisterWorker(ctx, fmt.Sprintf("bench-%s-%d", e.suffix, i+1), labels)
-		if err != nil {
-			return nil, fmt.Errorf("register scratch worker: %w", err)
-		}
-		e.workers = append(e.workers, w.ID)
-		api, err := client.New(e.base, token, client.Options{UserAgent: "whilly-bench"})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, worker{id: w.ID, token: token, api: api})
+// registerWorkers registers n scratch workers (eight at a time) with API clients of
+// e.base; opts.HTTPClient, when set, is shared by them all.
+func (e *env) registerWorkers(ctx context.Context, n int, labels []string, opts ...client.Options) ([]worker, error) {
+	o := client.Options{UserAgent: "whilly-bench"}
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	out := make([]worker, n)
+	var (
+		mu    sync.Mutex
+		first firstErr
+		next  atomic.Int64
+		wg    sync.WaitGroup
+	)
+	for range min(n, 8) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n && first.get() == nil; i = int(next.Add(1)) - 1 {
+				w, token, err := e.store.RegisterWorker(ctx, fmt.Sprintf("bench-%s-%d", e.suffix, i+1), labels)
+				if err != nil {
+					first.set(fmt.Errorf("register scratch worker: %w", err))
+					return
+				}
+				mu.Lock()
+				e.workers = append(e.workers, w.ID)
+				mu.Unlock()
+				api, err := client.New(e.base, token, o)
+				if err != nil {
+					first.set(err)
+					return
+				}
+				out[i] = worker{id: w.ID, token: token, api: api}
+			}
+		})
+	}
+	wg.Wait()
+	if err := first.get(); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// revokeWorkers revokes the scratch workers, eight at a time.
+func (e *env) revokeWorkers(ctx context.Context) {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range min(len(e.workers), 8) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(e.workers); i = int(next.Add(1)) - 1 {
+				if _, err := e.store.RevokeWorker(ctx, e.workers[i]); err != nil {
+					e.log.WarnContext(ctx, "bench: revoke scratch worker", "worker_id", e.workers[i], "error", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // waitQuiet waits until no API query has run for quiet, at most limit: the workers'

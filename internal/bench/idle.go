@@ -1,0 +1,489 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/whilly-go/whilly/control/client"
+)
+
+// IdleOptions are the knobs of the idle benchmark.
+type IdleOptions struct {
+	// Workers is how many workers long-poll the control plane at once.
+	Workers int
+	// Window is how long queries are counted while they all wait.
+	Window time.Duration
+	// Wakes is how many times a task is added while they wait.
+	Wakes int
+	// Exe is the whilly binary whose `serve` is measured; Env its environment.
+	Exe string
+	Env []string
+	// DatabaseURL is the database that serve uses (the bench's own).
+	DatabaseURL string
+}
+
+// IdleResult is what the idle benchmark measured.
+type IdleResult struct {
+	Workers int `json:"workers"`
+	// The control plane's resident memory (/proc/PID/status VmRSS) and Go heap in use
+	// (go_memstats_heap_inuse_bytes of /metrics) before the workers connect and while
+	// they all wait, and the difference per waiting worker.
+	RSSBeforeBytes    int64   `json:"rss_before_bytes"`
+	RSSWaitingBytes   int64   `json:"rss_waiting_bytes"`
+	RSSPerWorkerKiB   float64 `json:"rss_per_worker_kib"`
+	HeapBeforeBytes   int64   `json:"heap_before_bytes"`
+	HeapWaitingBytes  int64   `json:"heap_waiting_bytes"`
+	HeapPerWorkerKiB  float64 `json:"heap_per_worker_kib"`
+	GoroutinesWaiting int64   `json:"goroutines_waiting"`
+	// Transactions committed or rolled back in the database (pg_stat_database) over a
+	// window before the workers connect and over one of the same length while they wait;
+	// IdleQueries is the difference: what the waiting workers cost.
+	WindowSeconds      float64 `json:"window_seconds"`
+	XactsBefore        int64   `json:"xacts_before"`
+	XactsWaiting       int64   `json:"xacts_waiting"`
+	IdleQueries        int64   `json:"idle_queries"`
+	Wakes              int     `json:"wakes"`
+	WakeP50Ms          float64 `json:"wake_p50_ms"`
+	WakeP99Ms          float64 `json:"wake_p99_ms"`
+	WakeMaxMs          float64 `json:"wake_max_ms"`
+	WakeFromCallP50Ms  float64 `json:"wake_from_import_call_p50_ms"`
+	WakeFromCallP99Ms  float64 `json:"wake_from_import_call_p99_ms"`
+	ConnectSeconds     float64 `json:"connect_seconds"`
+	ClaimWaitCapSecond float64 `json:"claim_wait_seconds"`
+}
+
+// claimWait is what each waiting worker asks for: the control plane's cap (MaxClaimWait).
+const claimWait = 30
+
+// Idle runs `whilly serve` in a process of its own (so that its memory is its own),
+// connects o.Workers long-polling workers to it over HTTP/1.1 keep-alive connections from
+// this process, and measures the server's memory per waiting worker, the database
+// transactions while they wait, and how fast one of them gets a task added meanwhile.
+func Idle(ctx context.Context, s Setup, o IdleOptions) (IdleResult, error) {
+	res := IdleResult{Workers: o.Workers, Wakes: o.Wakes, ClaimWaitCapSecond: claimWait}
+	if err := raiseFileLimit(o.Workers + 1000); err != nil {
+		return res, err
+	}
+	e, err := connect(ctx, s)
+	if err != nil {
+		return res, err
+	}
+	defer e.close(ctx)
+	srv, err := e.startServeProcess(ctx, o)
+	if err != nil {
+		return res, err
+	}
+	defer srv.stop()
+	e.base = srv.base
+
+	id, err := e.scratchPlan(ctx, "idle")
+	if err != nil {
+		return res, err
+	}
+	// One task no bench worker may take keeps the plan ACTIVE, so claims wait.
+	if err := e.addTasks(ctx, id, tasks(1, false, []string{"whilly-bench-nobody"})); err != nil {
+		return res, err
+	}
+	s.progressf("registering %d workers", o.Workers)
+	tr := &http.Transport{MaxIdleConns: o.Workers + 100, MaxIdleConnsPerHost: o.Workers + 100, IdleConnTimeout: 5 * time.Minute,
+		DialContext: (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext}
+	defer tr.CloseIdleConnections()
+	workers, err := e.registerWorkers(ctx, o.Workers, nil, client.Options{UserAgent: "whilly-bench", HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		return res, err
+	}
+	if err := srv.warm(ctx, workers[0], id); err != nil {
+		return res, err
+	}
+
+	s.progressf("quiet window of %s before the workers connect", o.Window)
+	before, err := srv.memory(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.RSSBeforeBytes, res.HeapBeforeBytes = before.rss, before.heap
+	if res.XactsBefore, err = e.xactsOver(ctx, o.Window); err != nil {
+		return res, err
+	}
+
+	s.progressf("%d workers connect and long-poll", o.Workers)
+	pollCtx, stopPolls := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stopPolls()
+		wg.Wait()
+	}()
+	var (
+		sent   atomic.Int64
+		failed firstErr
+		mu     sync.Mutex
+		got    = map[string]time.Time{} // task → when a worker held its claim
+		gotCh  = make(chan string, o.Wakes+1)
+	)
+	traced := httptrace.WithClientTrace(pollCtx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sent.Add(1) }})
+	connectBegin := time.Now()
+	for i, w := range workers {
+		if i > 0 && i%250 == 0 {
+			// In steps, so that the listen backlog is never the limit.
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		wg.Go(func() {
+			for pollCtx.Err() == nil {
+				c, err := w.api.Claim(traced, client.ClaimRequest{PlanID: id, WaitSeconds: claimWait})
+				if err != nil {
+					if pollCtx.Err() == nil {
+						failed.set(fmt.Errorf("a waiting worker's claim: %w", err))
+					}
+					return
+				}
+				if c == nil {
+					continue
+				}
+				at := time.Now()
+				mu.Lock()
+				got[c.Task.ID] = at
+				mu.Unlock()
+				gotCh <- c.Task.ID
+				if _, err := w.api.Complete(pollCtx, id, c.Task.ID, client.CompleteRequest{LeaseID: c.Lease.ID}); err != nil && pollCtx.Err() == nil {
+					failed.set(fmt.Errorf("complete a woken worker's task: %w", err))
+					return
+				}
+			}
+		})
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for sent.Load() < int64(o.Workers) {
+		if err := failed.get(); err != nil {
+			return res, err
+		}
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("only %d of %d workers' claims reached the control plane in 2 minutes", sent.Load(), o.Workers)
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Every claim is written; wait until the server has them all asleep.
+	if err := srv.waitAsleep(ctx, o.Workers, &failed); err != nil {
+		return res, err
+	}
+	waiting, err := srv.memory(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.RSSWaitingBytes, res.HeapWaitingBytes, res.GoroutinesWaiting = waiting.rss, waiting.heap, waiting.goroutines
+	res.ConnectSeconds = time.Since(connectBegin).Seconds()
+	firstSent := connectBegin
+	res.RSSPerWorkerKiB = float64(res.RSSWaitingBytes-res.RSSBeforeBytes) / 1024 / float64(o.Workers)
+	res.HeapPerWorkerKiB = float64(res.HeapWaitingBytes-res.HeapBeforeBytes) / 1024 / float64(o.Workers)
+
+	s.progressf("quiet window of %s while they wait", o.Window)
+	if time.Since(firstSent)+o.Window+time.Second > claimWait*time.Second {
+		return res, fmt.Errorf("the workers took %.1f s to connect: the %s window would reach the end of the first claims' %d s wait; use fewer --workers or a shorter --window",
+			res.ConnectSeconds, o.Window, claimWait)
+	}
+	if res.XactsWaiting, err = e.xactsOver(ctx, o.Window); err != nil {
+		return res, err
+	}
+	res.WindowSeconds = o.Window.Seconds()
+	res.IdleQueries = max(res.XactsWaiting-res.XactsBefore, 0)
+
+	s.progressf("%d tasks appear one at a time while they wait", o.Wakes)
+	fromCommit := make([]time.Duration, 0, o.Wakes)
+	fromCall := make([]time.Duration, 0, o.Wakes)
+	for i := range o.Wakes {
+		task := fmt.Sprintf("W%04d", i+1)
+		ts := tasks(1, false, nil)
+		ts[0].ID = task
+		called := time.Now()
+		if err := e.addTasks(ctx, id, ts); err != nil {
+			return res, err
+		}
+		committed := time.Now()
+		select {
+		case t := <-gotCh:
+			if t != task {
+				return res, fmt.Errorf("wake %d: a worker got task %s, not %s", i+1, t, task)
+			}
+		case <-time.After(30 * time.Second):
+			return res, fmt.Errorf("wake %d: no worker got task %s within 30 s", i+1, task)
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+		mu.Lock()
+		at := got[task]
+		mu.Unlock()
+		fromCommit = append(fromCommit, at.Sub(committed))
+		fromCall = append(fromCall, at.Sub(called))
+		// The next task appears when every worker is asleep again.
+		if err := srv.waitAsleep(ctx, o.Workers, &failed); err != nil {
+			return res, fmt.Errorf("after wake %d: %w", i+1, err)
+		}
+	}
+	if err := failed.get(); err != nil {
+		return res, err
+	}
+	slices.Sort(fromCommit)
+	slices.Sort(fromCall)
+	if len(fromCommit) > 0 {
+		res.WakeP50Ms, res.WakeP99Ms = ms(percentile(fromCommit, 0.5)), ms(percentile(fromCommit, 0.99))
+		res.WakeMaxMs = ms(fromCommit[len(fromCommit)-1])
+		res.WakeFromCallP50Ms, res.WakeFromCallP99Ms = ms(percentile(fromCall, 0.5)), ms(percentile(fromCall, 0.99))
+	}
+	return res, nil
+}
+
+// raiseFileLimit raises this process's open-file limit to at least n (up to the hard
+// limit): each waiting worker holds a connection.
+func raiseFileLimit(n int) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("read the open-file limit: %w", err)
+	}
+	if lim.Cur >= uint64(n) {
+		return nil
+	}
+	if lim.Max < uint64(n) {
+		return fmt.Errorf("%d connections need %d open files, and this process may open %d at most (ulimit -Hn): use fewer --workers", n-1000, n, lim.Max)
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("raise the open-file limit: %w", err)
+	}
+	return nil
+}
+
+// xactsOver returns the transactions the database counted over d (pg_stat_database,
+// which backends report within about a second; the window is read after that much).
+func (e *env) xactsOver(ctx context.Context, d time.Duration) (int64, error) {
+	read := func() (int64, error) {
+		var n int64
+		err := e.pool.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("read pg_stat_database: %w", err)
+		}
+		return n, nil
+	}
+	settle := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(1500 * time.Millisecond):
+		}
+		return nil
+	}
+	if err := settle(); err != nil {
+		return 0, err
+	}
+	n0, err := read()
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(d):
+	}
+	n1, err := read()
+	if err != nil {
+		return 0, err
+	}
+	// The first read is a transaction of its own, counted in the window.
+	return n1 - n0 - 1, nil
+}
+
+// serveProcess is `whilly serve` running in a child process.
+type serveProcess struct {
+	cmd     *exec.Cmd
+	base    string
+	metrics string // the token of its /metrics
+	out     bytes.Buffer
+	done    chan struct{}
+}
+
+// startServeProcess starts `whilly serve` on a free loopback port over the bench's
+// database and waits until it is ready.
+func (e *env) startServeProcess(ctx context.Context, o IdleOptions) (*serveProcess, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("find a free loopback port: %w", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		return nil, fmt.Errorf("find a free loopback port: %w", err)
+	}
+	p := &serveProcess{base: "http://" + addr, metrics: "whilly-bench-" + e.suffix, done: make(chan struct{})}
+	p.cmd = exec.CommandContext(ctx, o.Exe, "serve", "--listen", addr)
+	p.cmd.Env = append(slices.Clone(o.Env), "WHILLY_DATABASE_URL="+o.DatabaseURL, "WHILLY_METRICS_TOKEN="+p.metrics, "WHILLY_LOG_LEVEL=warn")
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
+	p.cmd.WaitDelay = 10 * time.Second
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s serve: %w", o.Exe, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("whilly serve exited at start: %s", strings.TrimSpace(p.out.String()))
+		case <-ctx.Done():
+			p.stop()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if p.ready(ctx) {
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("whilly serve was not ready within 60 s: %s", strings.TrimSpace(p.out.String()))
+		}
+	}
+}
+
+func (p *serveProcess) ready(ctx context.Context) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/readyz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// warm makes one claim that finds nothing at once, so the handlers' first-use costs
+// are paid before the memory is read.
+func (p *serveProcess) warm(ctx context.Context, w worker, planID string) error {
+	if _, err := w.api.Claim(ctx, client.ClaimRequest{PlanID: planID}); err != nil {
+		return fmt.Errorf("warm-up claim: %w", err)
+	}
+	return nil
+}
+
+// waitAsleep waits until n claims are asleep on the server (whilly_claims_waiting).
+func (p *serveProcess) waitAsleep(ctx context.Context, n int, failed *firstErr) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		m, err := p.memory(ctx)
+		if err != nil {
+			return err
+		}
+		if m.waiting >= int64(n) {
+			return nil
+		}
+		if err := failed.get(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d workers' claims were asleep on the server after 2 minutes", m.waiting, n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stop ends the process (SIGTERM: it shuts down in order) and waits for it.
+func (p *serveProcess) stop() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// serveMemory is what memory read of the server: its resident memory, Go heap in use,
+// goroutines and claims asleep in long-poll (whilly_claims_waiting).
+type serveMemory struct {
+	rss, heap, goroutines, waiting int64
+}
+
+// memory reads the server's /proc/PID/status and /metrics.
+func (p *serveProcess) memory(ctx context.Context) (serveMemory, error) {
+	var m serveMemory
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return m, fmt.Errorf("read whilly serve's memory (Linux only): %w", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return m, fmt.Errorf("read whilly serve's VmRSS %q: %w", v, err)
+			}
+			m.rss = kb * 1024
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/metrics", nil)
+	if err != nil {
+		return m, fmt.Errorf("read whilly serve's metrics: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+p.metrics)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return m, fmt.Errorf("read whilly serve's metrics: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return m, fmt.Errorf("read whilly serve's metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "go_memstats_heap_inuse_bytes":
+			f, _ := strconv.ParseFloat(value, 64)
+			m.heap = int64(f)
+		case "go_goroutines":
+			f, _ := strconv.ParseFloat(value, 64)
+			m.goroutines = int64(f)
+		case "whilly_claims_waiting":
+			f, _ := strconv.ParseFloat(value, 64)
+			m.waiting = int64(f)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return m, fmt.Errorf("read whilly serve's metrics: %w", err)
+	}
+	if m.rss == 0 || m.heap == 0 {
+		return m, errors.New("whilly serve's VmRSS or go_memstats_heap_inuse_bytes is missing")
+	}
+	return m, nil
+}
