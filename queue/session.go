@@ -89,6 +89,27 @@ func (p Principal) CanWrite(pi PlanInfo) bool {
 		slices.ContainsFunc(p.WriteRepos, func(r string) bool { return strings.EqualFold(r, pi.Repo) })
 }
 
+// Actor is the principal as the one who pauses, resumes or approves (PausePlan …): its
+// name, and the scopes of the plans it may change. ok false: it may change none.
+func (p Principal) Actor() (a Actor, ok bool) {
+	a.By = p.By()
+	if p.Admin {
+		a.Scopes, ok = p.ReadScopes()
+		return a, ok
+	}
+	if p.Kind != PrincipalGitHub {
+		return a, false
+	}
+	for _, r := range p.WriteRepos {
+		if s, err := ParseScope("repo:" + r); err == nil {
+			a.Scopes = append(a.Scopes, s)
+		}
+	}
+	slices.Sort(a.Scopes)
+	a.Scopes = slices.Compact(a.Scopes)
+	return a, len(a.Scopes) > 0
+}
+
 // Session is a live dashboard session.
 type Session struct {
 	Principal Principal

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -30,6 +31,8 @@ func (h *Handler) writablePlan(w http.ResponseWriter, r *http.Request) (queue.Pl
 // actionError answers a refusal of the queue in one sentence (4xx), anything else 500.
 func (h *Handler) actionError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
+	case errors.Is(err, queue.ErrForbidden):
+		h.fail(w, r, http.StatusForbidden, sentence(err))
 	case errors.Is(err, queue.ErrNotFound):
 		h.fail(w, r, http.StatusNotFound, sentence(err))
 	case errors.Is(err, queue.ErrConflict):
@@ -44,7 +47,7 @@ func (h *Handler) actionError(w http.ResponseWriter, r *http.Request, err error)
 // sentence makes a wrapped queue error a sentence without its sentinel's words.
 func sentence(err error) string {
 	msg := err.Error()
-	for _, s := range []error{queue.ErrNotFound, queue.ErrConflict, queue.ErrInvalid} {
+	for _, s := range []error{queue.ErrNotFound, queue.ErrConflict, queue.ErrInvalid, queue.ErrForbidden, queue.ErrStaleDigest} {
 		msg = strings.TrimSuffix(msg, ": "+s.Error())
 	}
 	if msg == "" {
@@ -109,4 +112,80 @@ func short(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n]) + "…"
+}
+
+// actor is the session's principal as the pause functions' actor.
+func (h *Handler) actor(w http.ResponseWriter, r *http.Request, s queue.Session) (queue.Actor, bool) {
+	a, ok := s.Principal.Actor()
+	if !ok {
+		h.fail(w, r, http.StatusForbidden, "Only an admin, or a user with write access to the plan's repository, may change this plan.")
+	}
+	return a, ok
+}
+
+// planPause runs one of the pause functions on the plan of the post.
+func (h *Handler) planPause(w http.ResponseWriter, r *http.Request, what string,
+	change func(ctx context.Context, planID string, a queue.Actor) (queue.PlanChange, error)) {
+	p, s, ok := h.writablePlan(w, r)
+	if !ok {
+		return
+	}
+	a, ok := h.actor(w, r, s)
+	if !ok {
+		return
+	}
+	ch, err := change(r.Context(), p.ID, a)
+	if err != nil {
+		h.actionError(w, r, err)
+		return
+	}
+	h.log.InfoContext(r.Context(), "plan "+what, "plan_id", p.ID, "changed", ch.Changed, "by", a.By)
+	http.Redirect(w, r, PlanPath(p.ID), http.StatusSeeOther)
+}
+
+func (h *Handler) pausePlan(w http.ResponseWriter, r *http.Request) {
+	h.planPause(w, r, "paused", h.store.PausePlan)
+}
+
+func (h *Handler) resumePlan(w http.ResponseWriter, r *http.Request) {
+	h.planPause(w, r, "resumed", h.store.ResumePlan)
+}
+
+// approvePlan approves the digest the page showed: a plan changed since is refused (409).
+func (h *Handler) approvePlan(w http.ResponseWriter, r *http.Request) {
+	digest := strings.TrimSpace(r.PostForm.Get("digest"))
+	if digest == "" {
+		h.fail(w, r, http.StatusBadRequest, "The approval needs the digest the page showed; reload the page and approve again.")
+		return
+	}
+	h.planPause(w, r, "approved", func(ctx context.Context, planID string, a queue.Actor) (queue.PlanChange, error) {
+		return h.store.ApprovePlan(ctx, planID, digest, a)
+	})
+}
+
+// fleet pauses or resumes every claim (admins without scopes only; the queue refuses
+// others).
+func (h *Handler) fleet(pause bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, _ := SessionFrom(r.Context())
+		if !s.Principal.Admin {
+			h.fail(w, r, http.StatusForbidden, "Only an admin may pause or resume every claim.")
+			return
+		}
+		a, ok := h.actor(w, r, s)
+		if !ok {
+			return
+		}
+		change := h.store.ResumeFleet
+		if pause {
+			change = h.store.PauseFleet
+		}
+		f, err := change(r.Context(), a)
+		if err != nil {
+			h.actionError(w, r, err)
+			return
+		}
+		h.log.InfoContext(r.Context(), "fleet pause set", "paused", f.Paused, "changed", f.Changed, "by", a.By)
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	}
 }

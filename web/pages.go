@@ -30,6 +30,32 @@ type planRow struct {
 	CanWrite  bool   // the session may press its buttons
 	CSRF      string
 	Cancelled bool
+	// Digest is the plan's content digest while it awaits approval: the approve button
+	// approves what the page showed.
+	Digest string
+}
+
+// AwaitsApproval: the approve button applies.
+func (p planRow) AwaitsApproval() bool {
+	return p.Status == plan.PlanPaused && p.PauseReason == queue.PauseApproval
+}
+
+// Resumable: the resume button applies (a plan paused by an operator).
+func (p planRow) Resumable() bool {
+	return p.Status == plan.PlanPaused && p.PauseReason == queue.PauseOperator
+}
+
+// withDigest adds the digest to a row of a plan that awaits approval.
+func (h *Handler) withDigest(r *http.Request, row *planRow) error {
+	if !row.AwaitsApproval() {
+		return nil
+	}
+	d, err := h.store.PlanDigest(r.Context(), row.ID)
+	if err != nil {
+		return err
+	}
+	row.Digest = d
+	return nil
 }
 
 func (h *Handler) planRow(p queue.PlanInfo, s queue.Session) planRow {
@@ -62,9 +88,12 @@ func issueURL(base, ref string) string {
 }
 
 type plansView struct {
-	Plans []planRow
-	Next  string // cursor of the next page
-	None  bool   // the session may read no plan at all
+	Fleet      queue.Fleet
+	FleetAdmin bool // the session may pause and resume the fleet
+	CSRF       string
+	Plans      []planRow
+	Next       string // cursor of the next page
+	None       bool   // the session may read no plan at all
 }
 
 // plansPage lists the plans the session may read; /?plan=ID (the links of older status
@@ -76,7 +105,16 @@ func (h *Handler) plansPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s, _ := SessionFrom(r.Context())
-	view := plansView{}
+	view := plansView{CSRF: s.CSRF}
+	fl, err := h.store.GetFleet(r.Context())
+	if err != nil {
+		h.serverError(w, r, err)
+		return
+	}
+	view.Fleet = fl
+	if a, ok := s.Principal.Actor(); ok && s.Principal.Admin && a.Scopes.Unlimited() {
+		view.FleetAdmin = true
+	}
 	scopes, ok := s.Principal.ReadScopes()
 	if !ok {
 		view.None = true
@@ -168,6 +206,9 @@ func (h *Handler) planView(r *http.Request, p queue.PlanInfo, s queue.Session) (
 		return planView{}, err
 	}
 	view := planView{Plan: h.planRow(p, s), More: max(p.Total-len(tasks), 0)}
+	if err := h.withDigest(r, &view.Plan); err != nil {
+		return planView{}, err
+	}
 	depth := depths(tasks)
 	for _, t := range tasks {
 		view.Tasks = append(view.Tasks, taskRow{TaskInfo: t, Depth: depth[t.ID], CanWrite: view.Plan.CanWrite, CSRF: s.CSRF})
@@ -231,6 +272,10 @@ func (h *Handler) planLive(w http.ResponseWriter, r *http.Request) {
 	}
 	out := liveAnswer{Rows: map[string]string{}}
 	row := h.planRow(p, s)
+	if err := h.withDigest(r, &row); err != nil {
+		h.serverError(w, r, err)
+		return
+	}
 	var err error
 	if out.Summary, err = h.fragment("plansummary", row); err != nil {
 		h.serverError(w, r, err)

@@ -142,6 +142,11 @@ func (h *Handler) routes() {
 	post("POST /plans/{plan}/cancel", h.cancelPlan)
 	post("POST /plans/{plan}/budget", h.setBudget)
 	post("POST /plans/{plan}/tasks/{task}/retry", h.retryTask)
+	post("POST /plans/{plan}/pause", h.pausePlan)
+	post("POST /plans/{plan}/resume", h.resumePlan)
+	post("POST /plans/{plan}/approve", h.approvePlan)
+	post("POST /pause", h.fleet(true))
+	post("POST /resume", h.fleet(false))
 	h.mux.HandleFunc("/", h.notFound)
 }
 
