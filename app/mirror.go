@@ -107,7 +107,11 @@ func (w *mirrorWorker) Work(ctx context.Context, job *river.Job[MirrorArgs]) err
 		return err
 	}
 	if !job.Args.Verify && st.SyncedAt != nil {
-		if wait := m.cfg.Coalesce - time.Since(*st.SyncedAt); wait > 0 {
+		interval, err := m.interval(ctx, planID)
+		if err != nil {
+			return err
+		}
+		if wait := interval - time.Since(*st.SyncedAt); wait > 0 {
 			return river.JobSnooze(wait)
 		}
 	}
@@ -143,6 +147,24 @@ func (w *mirrorWorker) Work(ctx context.Context, job *river.Job[MirrorArgs]) err
 		return river.JobSnooze(m.cfg.Coalesce)
 	}
 	return nil
+}
+
+// InstallationSyncsPerMinute is how many syncs the plans of one installation share in a
+// minute once it has several live plans. A sync writes at most three times (a state label
+// added and one removed, the comment edited) and usually once, so an installation stays
+// well under GitHub's secondary limit of about 80 content writes a minute, whatever its
+// number of busy plans.
+const InstallationSyncsPerMinute = 20
+
+// interval is the least time between two syncs of plan planID: the configured
+// coalescing, or longer when its installation has many live plans, so that they share
+// InstallationSyncsPerMinute.
+func (m *Mirror) interval(ctx context.Context, planID string) (time.Duration, error) {
+	n, err := m.store.InstallationLivePlans(ctx, planID)
+	if err != nil {
+		return 0, err
+	}
+	return max(m.cfg.Coalesce, time.Duration(n)*time.Minute/InstallationSyncsPerMinute), nil
 }
 
 // SyncNow mirrors a plan at once, outside River (`whilly forge intake`). It does

@@ -38,10 +38,10 @@ type RevokePushTokensArgs struct {
 func (RevokePushTokensArgs) Kind() string { return KindRevokePushTokens }
 
 // InsertOpts puts revocations in the GitHub queue, which only control planes with the
-// App work, behind everything else there (River's lowest priority): a labelled issue
-// waiting for intake should not wait for the revocations of a busy plan's leases.
+// App work, behind deliveries (priority 2, as mirrors): a labelled issue waiting for
+// intake should not wait for the revocations of a busy plan's leases.
 func (RevokePushTokensArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: queue.QueueGitHub, MaxAttempts: 25, Priority: 4}
+	return river.InsertOpts{Queue: queue.QueueGitHub, MaxAttempts: 25, Priority: 2}
 }
 
 // sealer seals push tokens with AES-256-GCM under a key derived from the App's key.
