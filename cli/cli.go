@@ -215,6 +215,8 @@ or a usage error (unknown command or flag, wrong arguments, a flag value of the 
 		a.taskCommand(),
 		a.doctorCommand(),
 		a.versionCommand(),
+		a.pauseCommand(),
+		a.resumeCommand(),
 	)
 	for _, c := range root.Commands() {
 		refuseUnknownSubcommands(c)

@@ -34,6 +34,7 @@ See the README for the whole format.`,
 	}
 	cmd.AddCommand(a.planImport(), a.planApply(), a.planCreate(), a.planExport(), a.planShow(),
 		a.planList(), a.planReset(), a.planBudget(), a.planCancel(), a.planTriz(), a.planTask())
+	cmd.AddCommand(a.planPause(), a.planResume(), a.planApprove())
 	return cmd
 }
 

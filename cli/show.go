@@ -97,7 +97,11 @@ func (a *app) planShow() *cobra.Command {
 					return err
 				}
 				if asJSON {
-					return a.writeJSON(map[string]any{"plan": pi, "tasks": tasks})
+					out := map[string]any{"plan": pi, "tasks": tasks}
+					if pi.Status == plan.PlanPaused && pi.PauseReason == queue.PauseApproval {
+						out["digest"] = queue.DigestOf(pi, tasks)
+					}
+					return a.writeJSON(out)
 				}
 				a.renderPlan(a.styles(cmd), pi, tasks)
 				return nil
@@ -122,6 +126,9 @@ func (a *app) renderPlan(s styles, pi queue.PlanInfo, tasks []queue.TaskInfo) {
 	a.printf("%s  %s  %s\n", termLine(pi.ID), termLine(pi.Name), s.planStatus(pi.Status))
 	if pi.PauseReason != "" {
 		a.printf("paused: %s\n", termLine(pi.PauseReason))
+	}
+	if pi.Status == plan.PlanPaused && pi.PauseReason == queue.PauseApproval {
+		a.printf("approve after review: whilly plan approve %s --digest %s\n", termLine(pi.ID), queue.DigestOf(pi, tasks))
 	}
 	a.printf("budget: $%s spent of %s", pi.Spent, budgetText(pi.Budget))
 	if pi.Strict {

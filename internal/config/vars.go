@@ -118,7 +118,7 @@ func Vars() []Var {
 		{Name: MetricsToken, Section: secServer, Kind: KindSecret, Commands: srv,
 			Doc: "bearer token `/metrics` requires; when set, metrics also carry plan labels"},
 		{Name: APIToken, Section: secServer, Kind: KindSecret, Commands: []Command{Dashboard, Events, TaskCmd},
-			Doc: "read token of `whilly dashboard --connect`, `whilly events tail --connect` and `whilly task log --connect`"},
+			Doc: "read token of `whilly dashboard --connect`, `whilly events tail --connect` and `whilly task log --connect`; admin token of `whilly pause`, `whilly resume` and `whilly plan pause|resume|approve` with `--connect`"},
 		{Name: LogLevel, Section: secServer, Kind: KindEnum, Values: []string{"debug", "info", "warn", "error"},
 			Commands: []Command{Any, Worker}, DefaultText: "info for serve and whilly-worker, warn for other commands",
 			Doc: "least severe log level written to stderr"},
