@@ -249,7 +249,9 @@ says so. With --connect it calls POST /v1/plans/ID/resume with an admin token.`,
 			ctx := cmd.Context()
 			ch, err := a.changePlanCmd(ctx, o, args[0],
 				func(api *client.Client) (client.PlanChangeResponse, error) { return api.ResumePlan(ctx, args[0]) },
-				func(st *queue.Store, ac queue.Actor) (queue.PlanChange, error) { return st.ResumePlan(ctx, args[0], ac) })
+				func(st *queue.Store, ac queue.Actor) (queue.PlanChange, error) {
+					return st.ResumePlan(ctx, args[0], ac)
+				})
 			if err != nil || o.asJSON {
 				return a.orJSON(ch, err)
 			}
@@ -289,7 +291,9 @@ POST /v1/plans/ID/approve with an admin token.`,
 				func(api *client.Client) (client.PlanChangeResponse, error) {
 					return api.ApprovePlan(ctx, args[0], client.ApproveRequest{Digest: digest})
 				},
-				func(st *queue.Store, ac queue.Actor) (queue.PlanChange, error) { return st.ApprovePlan(ctx, args[0], digest, ac) })
+				func(st *queue.Store, ac queue.Actor) (queue.PlanChange, error) {
+					return st.ApprovePlan(ctx, args[0], digest, ac)
+				})
 			if err != nil || o.asJSON {
 				return a.orJSON(ch, err)
 			}
