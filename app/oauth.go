@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -34,6 +35,8 @@ type OAuthConfig struct {
 	Timeout time.Duration
 	// Transport, when set, replaces the shared HTTP transport (tests).
 	Transport http.RoundTripper
+	// Log hears of a user token SignIn could not revoke; nil: discarded.
+	Log *slog.Logger
 }
 
 // OAuth signs users in with GitHub through the App: it builds the authorize URL,
@@ -59,6 +62,9 @@ func NewOAuth(cfg OAuthConfig) (*OAuth, error) {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 20 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	tr := cfg.Transport
 	if tr == nil {
@@ -175,6 +181,27 @@ type UserAccess struct {
 	Repos []RepoAccess
 }
 
+// ReadRepos are the user's repositories, owner/name.
+func (u UserAccess) ReadRepos() []string {
+	out := make([]string, 0, len(u.Repos))
+	for _, r := range u.Repos {
+		out = append(out, r.Repo.String())
+	}
+	return out
+}
+
+// WriteRepos are the user's repositories where they may steer whilly (CanWrite: write,
+// maintain or admin), owner/name.
+func (u UserAccess) WriteRepos() []string {
+	var out []string
+	for _, r := range u.Repos {
+		if CanWrite(r.Permission) {
+			out = append(out, r.Repo.String())
+		}
+	}
+	return out
+}
+
 // maxUserRepos bounds what one sign-in reads (100 per page): a user who reaches more
 // repositories through the App than this sees the first ones only.
 const maxUserRepos = 5000
@@ -277,4 +304,23 @@ func (o *OAuth) Revoke(ctx context.Context, token string) error {
 	gh.UserAgent = "whilly"
 	resp, err := gh.Authorizations.Revoke(ctx, o.cfg.ClientID, token)
 	return mapErr("revoke the user's token", resp, err)
+}
+
+// SignIn is the end of "Sign in with GitHub": it exchanges the code for the user's
+// token, reads with it what the user reaches (UserAccess), and revokes the token, so
+// that whilly keeps no GitHub credential of the user. A failed revocation is logged and
+// does not fail the sign-in: the token expires within eight hours anyway.
+func (o *OAuth) SignIn(ctx context.Context, code, redirectURI, verifier string) (UserAccess, error) {
+	tok, err := o.Exchange(ctx, code, redirectURI, verifier)
+	if err != nil {
+		return UserAccess{}, err
+	}
+	ua, err := o.UserAccess(ctx, tok)
+	if rerr := o.Revoke(context.WithoutCancel(ctx), tok); rerr != nil {
+		o.cfg.Log.WarnContext(ctx, "the signed-in user's GitHub token could not be revoked; it expires by itself", "error", rerr)
+	}
+	if err != nil {
+		return UserAccess{}, err
+	}
+	return ua, nil
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -39,46 +38,22 @@ func (a *app) githubSignIn() (web.GitHubSignIn, error) {
 	if err := a.cfg.Err(config.GitHubAPIURL); err != nil {
 		return nil, envErr(err)
 	}
-	o, err := ghapp.NewOAuth(ghapp.OAuthConfig{ClientID: id, ClientSecret: secret, APIURL: a.cfg.Raw(config.GitHubAPIURL)})
+	o, err := ghapp.NewOAuth(ghapp.OAuthConfig{ClientID: id, ClientSecret: secret, APIURL: a.cfg.Raw(config.GitHubAPIURL), Log: a.log})
 	if err != nil {
 		return nil, envf("sign in with GitHub: %w", err)
 	}
-	return oauthSignIn{o: o, log: a.log}, nil
+	return oauthSignIn{o}, nil
 }
 
 // oauthSignIn is app.OAuth in the shape the dashboard asks for.
-type oauthSignIn struct {
-	o   *ghapp.OAuth
-	log *slog.Logger
-}
+type oauthSignIn struct{ *ghapp.OAuth }
 
-func (s oauthSignIn) AuthorizeURL(redirectURI, state, verifier string) string {
-	return s.o.AuthorizeURL(redirectURI, state, verifier)
-}
-
-// SignIn exchanges the code, reads what the user reaches with the token, and revokes the
-// token: whilly keeps no GitHub credential of the user. A failed revocation is logged
-// and does not undo the sign-in (the token expires within eight hours anyway).
 func (s oauthSignIn) SignIn(ctx context.Context, code, redirectURI, verifier string) (web.GitHubUser, error) {
-	tok, err := s.o.Exchange(ctx, code, redirectURI, verifier)
-	if err != nil {
-		return web.GitHubUser{}, err
-	}
-	ua, err := s.o.UserAccess(ctx, tok)
-	if rerr := s.o.Revoke(context.WithoutCancel(ctx), tok); rerr != nil {
-		s.log.WarnContext(ctx, "the signed-in user's GitHub token could not be revoked; it expires by itself", "error", rerr)
-	}
+	ua, err := s.OAuth.SignIn(ctx, code, redirectURI, verifier)
 	if err != nil {
 		return web.GitHubUser{}, fmt.Errorf("sign in with GitHub: %w", err)
 	}
-	u := web.GitHubUser{Login: ua.Login}
-	for _, r := range ua.Repos {
-		u.ReadRepos = append(u.ReadRepos, r.Repo.String())
-		if ghapp.CanWrite(r.Permission) {
-			u.WriteRepos = append(u.WriteRepos, r.Repo.String())
-		}
-	}
-	return u, nil
+	return web.GitHubUser{Login: ua.Login, ReadRepos: ua.ReadRepos(), WriteRepos: ua.WriteRepos()}, nil
 }
 
 // mountOperator adds to the dashboard what the operator gets besides its pages: "Sign in

@@ -156,8 +156,13 @@ func TestSignInWithGitHubShowsTheUsersPlansAndTheirButtons(t *testing.T) {
 	if !strings.Contains(list.body, "Plan of acme/shop") || !strings.Contains(list.body, "Plan of acme/site") || strings.Contains(list.body, "acme/secret") {
 		t.Errorf("plan list of alice:\n%s", list.body)
 	}
-	if p := get(t, c, s.url+"/plans/secret"); p.status != http.StatusNotFound || strings.Contains(p.body, "acme/secret") {
-		t.Errorf("/plans/secret: %d\n%s", p.status, p.body)
+	for _, path := range []string{"/plans/secret", "/plans/secret/live", "/plans/secret/tasks/T1/attempts/1", "/plans/secret/tasks/T1/attempts/1/log"} {
+		if p := get(t, c, s.url+path); p.status != http.StatusNotFound || strings.Contains(p.body, "acme/secret") {
+			t.Errorf("%s: %d\n%s", path, p.status, p.body)
+		}
+	}
+	if p := get(t, c, s.url+"/events"); p.status != http.StatusOK || !strings.Contains(p.body, "site") || strings.Contains(p.body, "secret") {
+		t.Errorf("/events of alice: %d\n%s", p.status, p.body)
 	}
 	if seen := streamPlans(t, c, s.url+"/events/stream?after=0", "site"); seen["secret"] || !seen["shop"] {
 		t.Errorf("the event stream showed the plans %v; want shop and site, never secret", seen)

@@ -58,6 +58,10 @@ func startBrowser() (*chrome, error) {
 		chromedp.NoSandbox, // as root (CI, containers) Chromium refuses its own sandbox
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1280, 900),
+		// SameSite as the cookie draft (RFC 6265bis) has it: a navigation whose redirects
+		// passed through another site is cross-site, so Strict cookies stay home.
+		// Chromium does so only with this feature; the GitHub sign-in must work either way.
+		chromedp.Flag("enable-features", "CookieSameSiteConsidersRedirectChain"),
 	)
 	alloc, _ := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, _ := chromedp.NewContext(alloc)

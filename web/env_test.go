@@ -29,6 +29,7 @@ type env struct {
 	url   string
 	admin string
 	read  string
+	dash  *web.Handler
 }
 
 func newEnv(t testing.TB) *env {
@@ -65,7 +66,7 @@ func newEnv(t testing.TB) *env {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	e := &env{t: t, store: store, url: hs.URL}
+	e := &env{t: t, store: store, url: hs.URL, dash: dash}
 	e.admin = e.mint(queue.TokenSpec{Owner: "ops@example.com", Admin: true})
 	e.read = e.mint(queue.TokenSpec{Owner: "viewer@example.com"})
 	return e

@@ -155,9 +155,12 @@ func (h *Handler) githubCallback(w http.ResponseWriter, r *http.Request) {
 	h.setCookie(w, r, sessionCookie, id, h.cfg.SessionTTL)
 	h.log.InfoContext(r.Context(), "dashboard sign-in", "kind", p.Kind, "name", p.Name,
 		"read_repos", len(p.ReadRepos), "write_repos", len(p.WriteRepos))
-	// A page that moves on by itself, rather than a redirect: the browser came from
-	// GitHub, and would not send the SameSite=Strict session cookie along a redirect
-	// that began on another site; a navigation from this page is same-site.
+	// A page that moves on by itself, rather than a redirect: the browser came through
+	// GitHub, and a browser that follows the cookie draft (RFC 6265bis: a redirect chain
+	// through another site makes the request cross-site) would not send the Strict
+	// session cookie along the redirect; a navigation from this page is same-site. The
+	// browser test checks it with Chromium's CookieSameSiteConsidersRedirectChain on
+	// (with a redirect here, it fails).
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	_ = continuePage.Execute(w, continueView{Next: flow.next, Login: user.Login}) // the browser went away
