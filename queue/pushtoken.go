@@ -40,17 +40,6 @@ func (s *Store) RecordPushToken(ctx context.Context, t PushToken) ([]byte, error
 	return old, nil
 }
 
-// HasEndedPushTokens reports, in the transaction of a change of plan planID, whether a
-// lease of the plan holding a push token has ended.
-func HasEndedPushTokens(ctx context.Context, tx pgx.Tx, planID string) (bool, error) {
-	var ended bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = $1 AND `+leaseEnded+`)`, planID).Scan(&ended)
-	if err != nil {
-		return false, fmt.Errorf("look for ended push tokens of plan %s: %w", planID, err)
-	}
-	return ended, nil
-}
-
 // EndedPushTokens returns up to limit push tokens whose lease has ended, of plan planID
 // ("" any plan).
 func (s *Store) EndedPushTokens(ctx context.Context, planID string, limit int) ([]PushToken, error) {
