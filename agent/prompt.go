@@ -31,9 +31,20 @@ type PromptInput struct {
 	MaxAttempts        int // 0: not shown
 	PreviousError      string
 	TrizFinding        string
+	// Round is set when the task answers feedback on the plan's pull request (a review,
+	// a failing check): the prompt says which round, what started it and which commits
+	// are already on the branch. Its text is fenced and redacted like PreviousError.
+	Round *Round
 	// DenyPatterns are extra injection patterns (WHILLY_PROMPT_DENY_PATTERNS, see
 	// ParseDenyPatterns), checked on every untrusted field.
 	DenyPatterns []*regexp.Regexp
+}
+
+// Round is the pull request round a task answers.
+type Round struct {
+	Number  int
+	Summary string   // what started it: the review, the failed check suite
+	Commits []string // already on the branch, oldest first
 }
 
 // NewPromptInput fills a PromptInput from a plan task.
@@ -145,7 +156,22 @@ func BuildPrompt(in PromptInput) (string, error) {
 		b.WriteString("\n## Key files\n")
 		list("key_files", in.KeyFiles, false)
 	}
-	if strings.TrimSpace(in.PreviousError) != "" || strings.TrimSpace(in.TrizFinding) != "" {
+	if r := in.Round; r != nil {
+		b.WriteString("\n## Pull request round\n")
+		w("This task is round %d of the plan's pull request: the earlier work was pushed and feedback came back; the description above is that feedback. "+
+			"Change the branch on top of the commits already on it; do not redo or revert them unless the feedback asks for it.\n", r.Number)
+		b.WriteString("What started this round:\n")
+		fence("round_trigger", sanitizeUntrusted(r.Summary, maxPromptShort))
+		if len(r.Commits) > 0 {
+			b.WriteString("Commits already on the branch, oldest first:\n")
+			fence("branch_commits", sanitizeUntrusted(strings.Join(r.Commits, "\n"), maxPromptPrevious))
+		}
+	}
+	if in.Round != nil && strings.TrimSpace(in.PreviousError) == "" && strings.TrimSpace(in.TrizFinding) != "" {
+		b.WriteString("\n## Failure analysis\n")
+		b.WriteString("A failure analysis (TRIZ) of the feedback found a contradiction and suggests:\n")
+		fence("triz_finding", sanitizeUntrusted(in.TrizFinding, maxPromptPrevious))
+	} else if strings.TrimSpace(in.PreviousError) != "" || strings.TrimSpace(in.TrizFinding) != "" {
 		b.WriteString("\n## Previous attempt\n")
 		w("Attempt %d of this task failed. Find out why before you change anything, and do not repeat an approach that cannot work.\n", max(attempt-1, 1))
 		if strings.TrimSpace(in.PreviousError) != "" {
@@ -238,7 +264,13 @@ func promptNonce(in PromptInput) string {
 		in.PRDRequirement, in.PreviousError, in.TrizFinding, strconv.Itoa(in.Attempt), strconv.Itoa(in.MaxAttempts)} {
 		put(s)
 	}
-	for _, l := range [][]string{in.KeyFiles, in.AcceptanceCriteria, in.TestSteps, in.Dependencies} {
+	lists := [][]string{in.KeyFiles, in.AcceptanceCriteria, in.TestSteps, in.Dependencies}
+	if in.Round != nil {
+		put("round " + strconv.Itoa(in.Round.Number))
+		put(in.Round.Summary)
+		lists = append(lists, in.Round.Commits)
+	}
+	for _, l := range lists {
 		put(strconv.Itoa(len(l)))
 		for _, s := range l {
 			put(s)

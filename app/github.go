@@ -230,6 +230,8 @@ type Client interface {
 	// Dispatch sends a repository_dispatch event of eventType with payload as its
 	// client_payload.
 	Dispatch(ctx context.Context, repo Repo, eventType string, payload map[string]any) error
+	// Feedback reads reviews and checks of a pull request (its review/CI loop).
+	Feedback
 }
 
 // AppClient is what whilly does as the App itself (JWT), not as an installation.

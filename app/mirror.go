@@ -222,7 +222,11 @@ func (m *Mirror) sync(ctx context.Context, st queue.MirrorState, verify bool) (q
 		}
 	}
 
-	pr, err := m.syncPull(ctx, c, ref, pi, tasks, st, verify)
+	rounds, err := m.store.Rounds(ctx, pi.ID)
+	if err != nil {
+		return queue.MirrorSync{}, err
+	}
+	pr, err := m.syncPull(ctx, c, ref, pi, tasks, st, rounds, verify)
 	if permanent(err) {
 		// GitHub refuses the pull request (no permission yet, nothing to compare …): the
 		// issue still gets its label and comment; the next change tries again.
@@ -232,7 +236,7 @@ func (m *Mirror) sync(ctx context.Context, st queue.MirrorState, verify bool) (q
 	if err != nil {
 		return queue.MirrorSync{}, err
 	}
-	view := StatusView{Plan: pi, Tasks: tasks, PublicURL: m.cfg.PublicURL, Source: st.Source, Notes: st.Notes, Pull: pr}
+	view := StatusView{Plan: pi, Tasks: tasks, PublicURL: m.cfg.PublicURL, Source: st.Source, Notes: st.Notes, Pull: pr, Rounds: rounds}
 	if err := m.pauseView(ctx, &view); err != nil {
 		return queue.MirrorSync{}, err
 	}

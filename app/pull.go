@@ -104,7 +104,7 @@ func pullTitle(issue Issue, pi queue.PlanInfo) string {
 // was closed or merged is left alone: whilly never reopens it or opens another one for
 // the plan. With verify it reads the pull request back from GitHub first.
 func (m *Mirror) syncPull(ctx context.Context, c Client, ref IssueRef, pi queue.PlanInfo, tasks []queue.TaskInfo,
-	st queue.MirrorState, verify bool,
+	st queue.MirrorState, rounds queue.PullRounds, verify bool,
 ) (*queue.PullRequest, error) {
 	pr := st.Pull
 	if pi.Repo == "" || !st.Pushed {
@@ -156,6 +156,11 @@ func (m *Mirror) syncPull(ctx context.Context, c Client, ref IssueRef, pi queue.
 		}
 		pr.BodySHA256 = sum[:]
 	}
+	if pi.Status == plan.PlanActive && !pr.Draft && len(rounds.Rounds) > 0 {
+		if err := m.backToDraft(ctx, c, pi.ID, pr); err != nil {
+			return nil, err
+		}
+	}
 	if pi.Status == plan.PlanDone && pr.Draft {
 		if err := c.MarkPullReady(ctx, pr.NodeID); err != nil {
 			return nil, err
@@ -166,6 +171,24 @@ func (m *Mirror) syncPull(ctx context.Context, c Client, ref IssueRef, pi queue.
 		pr.Draft = false
 	}
 	return pr, nil
+}
+
+// backToDraft turns the ready pull request of a plan that reopened for a round back into
+// a draft. Where GitHub has no drafts it stays ready; it is recorded as a draft all the
+// same, so the mirror does not ask again at every change (marking ready is harmless).
+func (m *Mirror) backToDraft(ctx context.Context, c Client, planID string, pr *queue.PullRequest) error {
+	var rl *RateLimitError
+	switch err := c.ConvertPullToDraft(ctx, pr.NodeID); {
+	case errors.As(err, &rl):
+		return err
+	case err != nil:
+		m.log.WarnContext(ctx, "could not turn the pull request back into a draft for a round", "plan_id", planID, "number", pr.Number, "error", err)
+	}
+	if err := m.store.SetPullDraft(ctx, planID); err != nil {
+		return err
+	}
+	pr.Draft = true
+	return nil
 }
 
 // openPull finds the open pull request of the issue's branch (turned back into a draft

@@ -27,6 +27,8 @@ type StatusView struct {
 	// Digest is the plan's content digest (queue.DigestOf) while it awaits approval; the
 	// comment shows the /whilly approve line that starts it.
 	Digest string
+	// Rounds are the review/CI rounds of the pull request (none before its first feedback).
+	Rounds queue.PullRounds
 }
 
 // maxRows bounds the task table; GitHub caps a comment at 65,536 characters.
@@ -96,6 +98,7 @@ func RenderStatus(v StatusView) string {
 	if pr := v.Pull; pr != nil {
 		w("**Pull request** [#%d](%s) from `%s` — %s\n\n", pr.Number, pr.URL, pr.Branch, pullState(pr))
 	}
+	renderRounds(&b, v.Rounds)
 	if s, ok := sourceText[v.Source]; ok {
 		w("**Source** %s\n\n", s)
 	}
@@ -349,4 +352,42 @@ func reviewText(p queue.PlanInfo, tasks []queue.TaskInfo) string {
 // its agent log.
 func attemptURL(public, planID, taskID string, n int) string {
 	return fmt.Sprintf("%s/plans/%s/tasks/%s/attempts/%d", strings.TrimRight(public, "/"), url.PathEscape(planID), url.PathEscape(taskID), n)
+}
+
+// renderRounds shows the pull request's rounds: the current one (its number and what
+// started it), the earlier ones, a refused round's reason and a stopped loop.
+func renderRounds(b *strings.Builder, r queue.PullRounds) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	var cur *queue.Round
+	for i := range r.Rounds {
+		if r.Rounds[i].Outcome != queue.RoundRefused {
+			cur = &r.Rounds[i]
+		}
+	}
+	if cur != nil {
+		w("**Round %d** of the pull request: %s", cur.Round, inline(cur.Summary, 200))
+		if cur.TaskID != "" {
+			w(" (task `%s`)", cur.TaskID)
+		}
+		if cur.Outcome == queue.RoundResolved {
+			w(" — the check passed on re-run, nothing to fix")
+		}
+		w("\n\n")
+		if len(r.Rounds) > 1 {
+			w("<details><summary>Rounds</summary>\n\n")
+			for _, x := range r.Rounds {
+				w("- round %d: %s — %s\n", x.Round, inline(x.Summary, 150), x.Outcome)
+			}
+			w("\n</details>\n\n")
+		}
+	}
+	for _, x := range r.Rounds {
+		if x.Outcome == queue.RoundRefused {
+			w("> [!CAUTION]\n> Round %d refused: %s. The plan ended FAILED; `/whilly retry` on the pull request starts one more round by hand.\n\n",
+				x.Round, inline(x.Reason, 300))
+		}
+	}
+	if r.StoppedBy != "" {
+		w("**Review/CI loop** stopped by %s: new feedback starts no round.\n\n", inline(r.StoppedBy, 60))
+	}
 }

@@ -148,7 +148,15 @@ func (a *app) intakePolicy() (intake.Config, error) {
 	if err != nil {
 		return intake.Config{}, envf("%w", err)
 	}
-	return intake.Config{Budget: budget, AllowedOwners: env.List(config.GitHubAllowedOwners), RequireApproval: approval}, nil
+	rounds, err := env.Int(config.PRMaxRounds)
+	if err != nil {
+		return intake.Config{}, envf("%w", err)
+	}
+	if rounds == 0 {
+		rounds = -1 // WHILLY_PR_MAX_ROUNDS=0: no rounds at all
+	}
+	return intake.Config{Budget: budget, AllowedOwners: env.List(config.GitHubAllowedOwners), RequireApproval: approval,
+		MaxRounds: rounds, Redact: agent.Redact}, nil
 }
 
 // githubConfig is the GitHub side's configuration in env, but for the intake's policy

@@ -30,7 +30,15 @@ func taskWire(t queue.TaskInfo) client.Task {
 		Attempts: t.Attempts, MaxAttempts: t.MaxAttempts, NotBefore: t.NotBefore,
 		LeaseExpiresAt: t.LeaseExpiresAt, ClaimedBy: t.ClaimedBy, Version: t.Version, CostUSD: t.Cost,
 		LastError: t.LastError, LastOutput: t.LastOutput, TrizFinding: t.TrizFinding, Result: t.Result, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		Round: roundWire(t.Round),
 	}
+}
+
+func roundWire(r *queue.RoundContext) *client.Round {
+	if r == nil {
+		return nil
+	}
+	return &client.Round{Number: r.Number, Trigger: r.Trigger, Summary: r.Summary, Commits: r.Commits}
 }
 
 func planWire(p queue.PlanInfo) client.Plan {

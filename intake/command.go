@@ -20,6 +20,7 @@ const (
 	CmdPause   = "pause"
 	CmdResume  = "resume"
 	CmdApprove = "approve"
+	CmdStop    = "stop"    // ends the pull request's review/CI loop
 	CmdUnknown = "unknown" // Args[0] is what was typed
 )
 
@@ -59,7 +60,7 @@ func ParseCommand(body string) (Command, bool) {
 			args = args[:maxArgs]
 		}
 		switch name {
-		case CmdStatus, CmdRetry, CmdCancel, CmdBudget, CmdHelp, CmdPause, CmdResume, CmdApprove:
+		case CmdStatus, CmdRetry, CmdCancel, CmdBudget, CmdHelp, CmdPause, CmdResume, CmdApprove, CmdStop:
 			return Command{Name: name, Args: args}, true
 		}
 		return Command{Name: CmdUnknown, Args: []string{f[0]}}, true

@@ -23,7 +23,10 @@ const HelpText = `**whilly commands** (for collaborators with write access):
 - ` + "`/whilly pause`" + ` — start no new task of the plan (running ones finish)
 - ` + "`/whilly resume`" + ` — resume a plan paused with ` + "`/whilly pause`" + `
 - ` + "`/whilly approve DIGEST`" + ` — start a plan that awaits approval; DIGEST is the one its status comment shows
+- ` + "`/whilly stop`" + ` — end the pull request's review/CI loop: new reviews and failing checks start no round
 - ` + "`/whilly help`" + ` — this list
+
+The commands work in the comments of whilly's pull request too. There a review asking for changes, review comments, a comment or a failing check suite adds one follow-up round (at most ` + "`WHILLY_PR_MAX_ROUNDS`" + `); ` + "`/whilly retry`" + ` with nothing failed starts one more round by hand.
 
 To start, add the ` + "`whilly-pending`" + ` label. The plan comes from a ` + "```whilly" + ` JSON block in the issue, else from its ` + "`- [ ]`" + ` task list, else from the whole issue; ` + "`## Acceptance criteria`" + ` and ` + "`## Test steps`" + ` sections apply to every task.`
 
@@ -74,6 +77,12 @@ func (s *Service) commentEvent(ctx context.Context, deliveryID string, e *github
 // Run executes a command from an authorised user: 👍 on the comment when done, or one
 // reply saying why not.
 func (s *Service) Run(ctx context.Context, c app.Client, ref app.IssueRef, commentID int64, sender string, cmd Command) (string, error) {
+	return s.run(ctx, c, ref, ref.String(), commentID, sender, cmd)
+}
+
+// run is Run on the plan of issue (owner/repo#N), replying on ref: the issue itself, or
+// the plan's pull request.
+func (s *Service) run(ctx context.Context, c app.Client, ref app.IssueRef, issue string, commentID int64, sender string, cmd Command) (string, error) {
 	reply := func(outcome, text string) (string, error) {
 		if _, err := c.CreateComment(ctx, ref, text); err != nil {
 			return "", err
@@ -94,7 +103,7 @@ func (s *Service) Run(ctx context.Context, c app.Client, ref app.IssueRef, comme
 	case CmdUnknown:
 		return reply("unknown command", fmt.Sprintf("`/whilly %s` is not a whilly command.\n\n%s", sanitizeArg(cmd.Args[0]), HelpText))
 	}
-	pi, err := s.store.IssuePlan(ctx, ref.String())
+	pi, err := s.store.IssuePlan(ctx, issue)
 	if errors.Is(err, queue.ErrNotFound) {
 		return reply("no plan", "There is no whilly plan for this issue yet. Add the `whilly-pending` label to start one.")
 	}
@@ -126,9 +135,27 @@ func (s *Service) Run(ctx context.Context, c app.Client, ref app.IssueRef, comme
 		case err != nil:
 			return "", err
 		case res.Retried == 0:
-			return reply("nothing to retry", fmt.Sprintf("Plan `%s` has no failed or cancelled task to retry.", pi.ID))
+			rr, ok, err := s.retryRound(ctx, pi, commentID, sender)
+			switch {
+			case err != nil:
+				return "", err
+			case !ok:
+				return reply("nothing to retry", fmt.Sprintf("Plan `%s` has no failed or cancelled task to retry.", pi.ID))
+			case rr.Outcome != queue.RoundStarted:
+				return reply("retry round: "+rr.Outcome, fmt.Sprintf("No new round for plan `%s`: %s.", pi.ID, sanitizeArg(rr.Reason)))
+			}
+			return ack(fmt.Sprintf("round %d of %s by hand: task %s", rr.Round, pi.ID, rr.TaskID))
 		}
 		return ack(fmt.Sprintf("retried %d tasks of %s", res.Retried, pi.ID))
+	case CmdStop:
+		stopped, err := s.store.StopRounds(ctx, pi.ID, by)
+		if err != nil {
+			return "", err
+		}
+		if !stopped {
+			return reply("nothing to stop", fmt.Sprintf("Plan `%s` has no pull request whose loop runs.", pi.ID))
+		}
+		return ack("rounds of " + pi.ID + " stopped")
 	case CmdBudget:
 		amount, err := newBudget(cmd.Args, pi)
 		if err != nil {

@@ -18,11 +18,13 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/triz"
 	"github.com/whilly-go/whilly/webhook"
 )
 
@@ -85,6 +87,10 @@ type envOptions struct {
 	allowedOwners []string
 	// requireApproval is WHILLY_REQUIRE_APPROVAL=1.
 	requireApproval bool
+	// maxRounds is WHILLY_PR_MAX_ROUNDS; analyzer, when set, is the TRIZ analyzer agent
+	// (WHILLY_TRIZ_ENABLED=1) whose jobs River runs.
+	maxRounds int
+	analyzer  agent.Agent
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -118,7 +124,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	workers := river.NewWorkers()
 	cfg := &river.Config{
 		Logger: log, Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-		Queues:      map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: 10}},
+		Queues:      map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: 10}, triz.QueueName: {MaxWorkers: 2}},
 		JobTimeout:  time.Minute,
 		TestOnly:    true,
 		MaxAttempts: 25,
@@ -133,13 +139,25 @@ func newEnv(t testing.TB, o envOptions) *env {
 	// The one assembly of `whilly serve` and `whilly forge intake`: the store built with
 	// the GitHub side's hooks, then every part over it.
 	gcfg := intake.GitHubConfig{
-		Intake: intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners, RequireApproval: o.requireApproval},
+		Intake: intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners, RequireApproval: o.requireApproval,
+			MaxRounds: o.maxRounds, Redact: agent.Redact, AnalysisWait: 30 * time.Second},
 		Mirror: app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com"},
 	}
 	if o.dispatch {
 		gcfg.Dispatch = &app.DispatchConfig{Idle: o.dispatchIdle}
 	}
-	st := queue.NewStore(pool, log, queue.Config{BackoffBase: 10 * time.Millisecond, Hooks: gcfg.Hooks(rc)})
+	hooks := gcfg.Hooks(rc)
+	if o.analyzer != nil {
+		hooks.TaskFailed = func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error { return triz.Enqueue(ctx, tx, rc, f, log) }
+	}
+	st := queue.NewStore(pool, log, queue.Config{BackoffBase: 10 * time.Millisecond, Hooks: hooks})
+	if o.analyzer != nil {
+		tw, err := triz.NewWorker(st, triz.Config{Agent: o.analyzer, Timeout: 10 * time.Second, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		river.AddWorker(workers, tw)
+	}
 	g, err := intake.NewGitHub(st, f, rc, log, gcfg)
 	if err != nil {
 		t.Fatal(err)

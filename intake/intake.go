@@ -29,7 +29,8 @@ import (
 // Events are the X-GitHub-Event values intake handles; app.yml subscribes to exactly
 // these (a test checks it).
 func Events() []string {
-	return []string{"issues", "issue_comment", "installation", "installation_repositories", "pull_request"}
+	return []string{"issues", "issue_comment", "installation", "installation_repositories", "pull_request",
+		"pull_request_review", "pull_request_review_comment", "check_suite", "check_run"}
 }
 
 // Planner makes a plan from an issue (WHILLY_PLANNER); it is agent.Plan in production.
@@ -52,6 +53,32 @@ type Config struct {
 	// RequireApproval (WHILLY_REQUIRE_APPROVAL) creates plans PAUSED (reason approval):
 	// they run once a write+ user approves their digest (/whilly approve DIGEST).
 	RequireApproval bool
+	// MaxRounds (WHILLY_PR_MAX_ROUNDS) bounds the review/CI rounds per pull request: 0
+	// is the default, 3; negative allows none.
+	MaxRounds int
+	// AnalysisWait is how long a check round's task waits for the failure analyzer's
+	// finding (when TRIZ is on); default 90 s. The finding ends the wait.
+	AnalysisWait time.Duration
+	// Redact removes secrets from CI logs before they are stored (agent.Redact in
+	// production).
+	Redact func(string) string
+}
+
+func (c Config) maxRounds() int {
+	switch {
+	case c.MaxRounds == 0:
+		return 3
+	case c.MaxRounds < 0:
+		return 0
+	}
+	return c.MaxRounds
+}
+
+func (c Config) redact(s string) string {
+	if c.Redact == nil {
+		return s
+	}
+	return c.Redact(s)
 }
 
 // ownerAllowed reports whether the repository's owner is one whilly acts for.
@@ -80,6 +107,9 @@ func New(store *queue.Store, clients app.Clients, mirror *app.Mirror, jobs app.J
 	}
 	if cfg.StaleIntake <= 0 {
 		cfg.StaleIntake = 30 * time.Minute
+	}
+	if cfg.AnalysisWait <= 0 {
+		cfg.AnalysisWait = 90 * time.Second
 	}
 	return &Service{store: store, clients: clients, mirror: mirror, jobs: jobs, log: log, cfg: cfg}
 }
@@ -149,7 +179,20 @@ func (s *Service) dispatch(ctx context.Context, d queue.Delivery) (string, error
 		if out, ok := s.refuseOwner(ctx, d.ID, e.GetRepo()); !ok {
 			return out, nil
 		}
+		if e.GetIssue().IsPullRequest() {
+			return s.pullCommentEvent(ctx, d.ID, e)
+		}
 		return s.commentEvent(ctx, d.ID, e)
+	case *github.PullRequestReviewEvent:
+		return s.reviewEvent(ctx, d.ID, e)
+	case *github.PullRequestReviewCommentEvent:
+		return s.reviewCommentEvent(ctx, d.ID, e)
+	case *github.CheckSuiteEvent:
+		return s.checkSuiteEvent(ctx, d.ID, e)
+	case *github.CheckRunEvent:
+		// Every run belongs to a suite, and the suite's completion carries the verdict
+		// of all its runs: acting per run would start a round per failed run.
+		return "ignored: check runs are handled with their suite (check_suite completed)", nil
 	case *github.InstallationEvent:
 		return s.installationEvent(ctx, e)
 	case *github.InstallationRepositoriesEvent:

@@ -63,6 +63,8 @@ type TaskInfo struct {
 	Result      string    `json:"result,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+	// Round is set on the task of a pull request's follow-up round (StartRound).
+	Round *RoundContext `json:"round,omitempty"`
 }
 
 // Task returns the plan-file view of the row.
@@ -668,7 +670,9 @@ func (s *Store) Charge(ctx context.Context, planID string, cost plan.USD, source
 // attempt's prompt, and writes the analyzer's event in the same transaction.
 func (s *Store) SetTrizFinding(ctx context.Context, planID, taskID, finding, eventType string, detail any) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE tasks SET triz_finding = NULLIF($3, ''), updated_at = now()
+		// A round's task that has not run waits for its analysis (StartRound): no longer.
+		tag, err := tx.Exec(ctx, `UPDATE tasks SET triz_finding = NULLIF($3, ''), updated_at = now(),
+				not_before = CASE WHEN status = 'PENDING' AND attempts = 0 AND round_context IS NOT NULL THEN NULL ELSE not_before END
 			WHERE plan_id = $1 AND id = $2`, planID, taskID, finding)
 		if err != nil {
 			return fmt.Errorf("record finding on task %s of plan %s: %w", taskID, planID, err)
@@ -732,7 +736,7 @@ const taskColumns = `plan_id, id, status, priority, description, dependencies, k
 	test_steps, prd_requirement, labels, gate_verdict, gate_reasons, attempts, max_attempts, not_before,
 	coalesce(lease_id::text, ''), lease_expires_at, coalesce(claimed_by, ''), version,
 	(cost_usd * 1000000)::bigint, coalesce(last_error, ''), coalesce(last_output, ''), coalesce(triz_finding, ''),
-	coalesce(result, ''), created_at, updated_at`
+	coalesce(result, ''), created_at, updated_at, round_context`
 
 func scanTask(row pgx.Row) (TaskInfo, error) { return scanTaskExtra(row) }
 
@@ -745,7 +749,7 @@ func scanTaskExtra(row pgx.Row, extra ...any) (TaskInfo, error) {
 	dest := []any{&t.PlanID, &t.ID, &t.Status, &t.Priority, &t.Description, &t.Dependencies, &t.KeyFiles,
 		&t.AcceptanceCriteria, &t.TestSteps, &t.PRDRequirement, &t.Labels, &t.Gate.Decision, &t.Gate.Reasons,
 		&t.Attempts, &t.MaxAttempts, &t.NotBefore, &t.LeaseID, &t.LeaseExpiresAt, &t.ClaimedBy, &t.Version,
-		&cost, &t.LastError, &t.LastOutput, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt}
+		&cost, &t.LastError, &t.LastOutput, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt, &t.Round}
 	err := row.Scan(append(dest, extra...)...)
 	t.Cost = plan.USD(cost)
 	return t, err

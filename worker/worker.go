@@ -555,6 +555,9 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 		PRDRequirement: t.PRDRequirement, MaxAttempts: t.MaxAttempts,
 	}, t.Attempt)
 	in.PreviousError, in.TrizFinding = t.LastError, t.TrizFinding
+	if r := t.Round; r != nil {
+		in.Round = &agent.Round{Number: r.Number, Summary: r.Summary, Commits: r.Commits}
+	}
 	if t.LastOutput != "" {
 		in.PreviousError += "\n" + t.LastOutput
 	}

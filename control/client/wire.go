@@ -135,9 +135,20 @@ type Task struct {
 	LastError      string     `json:"last_error,omitempty"`
 	LastOutput     string     `json:"last_output,omitempty"` // the last failure's error text and output tail
 	TrizFinding    string     `json:"triz_finding,omitempty"`
-	Result         string     `json:"result,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
+	// Round is set on the task of a pull request's follow-up round (review or CI
+	// feedback): its prompt says so.
+	Round     *Round    `json:"round,omitempty"`
+	Result    string    `json:"result,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Round is the pull request round a task answers.
+type Round struct {
+	Number  int      `json:"number"`
+	Trigger string   `json:"trigger"` // review, comment, check, retry
+	Summary string   `json:"summary"`
+	Commits []string `json:"commits,omitempty"` // already on the branch, oldest first
 }
 
 // Verify is a plan verification command, run in the workspace after the agent.

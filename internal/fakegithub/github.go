@@ -59,7 +59,8 @@ type GitHub struct {
 	gitRoot       string // bare repositories: <gitRoot>/<owner>/<name>.git
 	gitBackend    string // git-http-backend
 	flow          manifestFlow
-	oauth         fakeOAuth // github_oauth.go
+	oauth         fakeOAuth  // github_oauth.go
+	checks        fakeChecks // reviews, check suites and runs (github_checks.go)
 }
 
 // GitHubRequest is one request the fake answered.
@@ -198,7 +199,7 @@ func New(errorf func(format string, args ...any)) (*GitHub, error) {
 		writesAt:      map[int64][]time.Time{},
 		tokenTTL:      time.Hour,
 	}
-	g.routes = append(g.oauthRoutes(), g.routeTable()...)
+	g.routes = append(append(g.oauthRoutes(), g.checkRoutes()...), g.routeTable()...)
 	g.Server = httptest.NewServer(http.HandlerFunc(g.serve))
 	return g, nil
 }
