@@ -148,7 +148,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	hooks := gcfg.Hooks(rc)
 	if o.analyzer != nil {
-		hooks.TaskFailed = func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error { return triz.Enqueue(ctx, tx, rc, f, log) }
+		hooks.TaskFailed = func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error {
+			return triz.Enqueue(ctx, tx, rc, f, log)
+		}
 	}
 	st := queue.NewStore(pool, log, queue.Config{BackoffBase: 10 * time.Millisecond, Hooks: hooks})
 	if o.analyzer != nil {
