@@ -311,6 +311,7 @@ an attempt (target: at most 150 ms).`,
 	f.DurationVar(&o.SimDelay, "sim-delay", 0, "how long each sim agent run takes")
 	f.IntVar(&o.pool, "pool", 0, "database connections of the control plane (default: pgx's)")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
+	f.BoolVar(&o.Queries, "queries", false, "also print the API's time in the database per SQL statement while the plan drains")
 	f.BoolVar(&o.sandbox, "sandbox", false, "measure the sandbox: a command agent drains the plan unboxed, then in the sandbox (default --tasks 200)")
 	return cmd
 }
@@ -337,6 +338,9 @@ func (a *app) runBenchE2E(ctx context.Context, o benchE2EFlags) error {
 		fmt.Sprintf("%.2f ms", res.OverheadP99Ms), fmt.Sprintf("%.2f ms", res.OverheadMaxMs), fmt.Sprintf("%.1f", res.QueriesPerTask))
 	if err := tw.flush(); err != nil {
 		return err
+	}
+	if o.Queries {
+		a.printStatements(res.Statements, o.Tasks)
 	}
 	a.printf("tasks per worker: %v\n", res.PerWorker)
 	if res.CPUControlMs+res.CPUDBMs > 0 {

@@ -91,7 +91,9 @@ type Server struct {
 
 	drainOnce sync.Once
 	draining  chan struct{} // closed by Drain
-	dbDown    atomic.Bool   // a database outage is under way (logged once; errors.go)
+	// room parks long-polling claims, so that an event wakes only those it can serve.
+	room   *waitRoom
+	dbDown atomic.Bool // a database outage is under way (logged once; errors.go)
 }
 
 // New builds the server over store; listener wakes long-polls and streams and must be
@@ -101,6 +103,7 @@ func New(store *queue.Store, listener *queue.Listener, log *slog.Logger, cfg Con
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{store: store, listener: listener, log: log, cfg: cfg.withDefaults(), draining: make(chan struct{})}
+	s.room = newWaitRoom(listener)
 	s.metrics = newMetrics(s)
 	s.router = s.routes()
 	return s

@@ -350,20 +350,25 @@ func (s *Server) releaseUndelivered(ctx context.Context, l queue.Lease, reason s
 }
 
 func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadline time.Time) (*queue.Claim, error) {
-	var wake <-chan queue.Notification
 	if s.isDraining() {
 		deadline = time.Now() // one attempt, no wait: this replica is going away
 	}
+	var w *waiter
 	if time.Until(deadline) > 0 {
-		// Subscribe before the first attempt, so that nothing appearing in between is missed.
-		ch, cancel := s.listener.Subscribe(claimFilter(req.PlanID))
-		defer cancel()
-		wake = ch
+		// Join before the first attempt, so that nothing appearing in between is missed.
+		w = s.room.join(req)
+		defer w.leave()
 	}
 	floor := retryFloor
 	for {
+		if w != nil {
+			w.attempt()
+		}
 		c, err := s.store.Claim(ctx, req)
 		if err != nil || c != nil {
+			if c != nil && w != nil {
+				w.claimed()
+			}
 			return c, err
 		}
 		if req.PlanID != "" {
@@ -394,18 +399,23 @@ func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadl
 		if !s.listener.Ready() && degradedPoll < sleep {
 			sleep, retryTimer = degradedPoll, false
 		}
+		if !w.sleep() {
+			continue // an event came during the attempt: try again at once
+		}
 		t := time.NewTimer(sleep)
 		s.metrics.claimsWaiting.Inc()
 		stop, err := false, error(nil)
 		select {
 		case <-ctx.Done():
 			stop, err = true, ctx.Err()
+			w.awake(true)
 		case <-s.draining:
 			stop = true
-		case <-wake:
-			drain(wake)
+			w.awake(true)
+		case <-w.wake:
 			floor = retryFloor
 		case <-t.C:
+			w.awake(false)
 			if retryTimer {
 				floor = min(floor*2, retryCeiling)
 			}
@@ -414,17 +424,6 @@ func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadl
 		s.metrics.claimsWaiting.Dec()
 		if stop {
 			return nil, err
-		}
-	}
-}
-
-// drain empties a wake-up channel: one database check answers all of them.
-func drain(ch <-chan queue.Notification) {
-	for {
-		select {
-		case <-ch:
-		default:
-			return
 		}
 	}
 }

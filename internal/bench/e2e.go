@@ -25,6 +25,8 @@ type E2EOptions struct {
 	SimDelay  time.Duration
 	// AgentEnv is the workers' agent settings; empty: the sim agent.
 	AgentEnv []string
+	// Queries sums the API's database time per SQL statement while the plan drains.
+	Queries bool
 }
 
 // E2EResult is what the e2e benchmark measured.
@@ -43,6 +45,8 @@ type E2EResult struct {
 	CPUControlMs   float64 `json:"cpu_control_plane_ms_per_task,omitempty"`
 	CPUDBMs        float64 `json:"cpu_postgres_ms_per_task,omitempty"`
 	CPUWorkersMs   float64 `json:"cpu_workers_ms_per_task,omitempty"`
+	// Statements is the API's database time per statement (Queries), most first.
+	Statements []Statement `json:"statements,omitempty"`
 }
 
 // SandboxResult is the e2e benchmark with a command agent run unboxed and in the
@@ -173,6 +177,8 @@ func E2E(ctx context.Context, s Setup, o E2EOptions) (E2EResult, error) {
 	if err := e.waitQuiet(ctx, 500*time.Millisecond, 10*time.Second); err != nil {
 		return E2EResult{}, err
 	}
+	e.tracer.byStatement.Store(o.Queries)
+	defer e.tracer.byStatement.Store(false)
 	q0 := e.tracer.httpQueries.Load()
 	cpu := e.startCPU(ctx)
 	s.progressf("importing %d tasks", o.Tasks)
@@ -199,6 +205,9 @@ func E2E(ctx context.Context, s Setup, o E2EOptions) (E2EResult, error) {
 		}
 	}
 	res.QueriesPerTask = float64(e.tracer.httpQueries.Load()-q0) / float64(o.Tasks)
+	if o.Queries {
+		res.Statements = e.statements()
+	}
 	if self, pg, ok := cpu.stop(); ok {
 		var workersCPU time.Duration
 		for _, p := range procs {
