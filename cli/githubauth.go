@@ -71,6 +71,8 @@ func (a *app) mountOperator(srv *control.Server, dash *web.Handler, rc *river.Cl
 	if err != nil {
 		return err
 	}
-	srv.Mount(riverUIPath+"/*", dash.RequireAdmin(rui))
+	ui := dash.RequireAdmin(rui)
+	srv.Mount(riverUIPath, ui) // River UI sends it on to /riverui/
+	srv.Mount(riverUIPath+"/*", ui)
 	return nil
 }

@@ -364,8 +364,10 @@ func TestRiverUIIsForAdminSessionsOnly(t *testing.T) {
 
 	a := browser(t)
 	s.signInWithToken(t, a, admin)
-	if p := get(t, a, s.url+"/riverui/"); p.status != http.StatusOK || !strings.Contains(p.body, "River") {
-		t.Errorf("admin: /riverui/ %d\n%.300s", p.status, p.body)
+	for _, path := range []string{"/riverui/", "/riverui"} {
+		if p := get(t, a, s.url+path); p.status != http.StatusOK || p.url != s.url+"/riverui/" || !strings.Contains(p.body, "River") {
+			t.Errorf("admin: %s answered %d at %s\n%.300s", path, p.status, p.url, p.body)
+		}
 	}
 	p := get(t, a, s.url+"/riverui/api/jobs?state=available")
 	var jobs struct {
@@ -377,16 +379,38 @@ func TestRiverUIIsForAdminSessionsOnly(t *testing.T) {
 	if p := get(t, a, s.url+"/riverui/api/states"); p.status != http.StatusOK || !strings.Contains(p.body, `"available"`) {
 		t.Errorf("admin: River UI's states API %d\n%.300s", p.status, p.body)
 	}
-	// Its buttons post to its API: not from another site.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/riverui/api/jobs/retry", strings.NewReader(`{"ids":["1"]}`))
-	if err != nil {
-		t.Fatal(err)
+	// Its buttons call its API: from its own pages, not from another site.
+	pause := func(site string) page {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, s.url+"/riverui/api/queues/default/pause", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Sec-Fetch-Site", site)
+		if site == "cross-site" {
+			req.Header.Set("Origin", "https://evil.example")
+		} else {
+			req.Header.Set("Origin", s.url)
+		}
+		return do(t, a, req)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Origin", "https://evil.example")
-	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	if p := do(t, a, req); p.status != http.StatusForbidden {
-		t.Errorf("admin session, cross-site post to River UI: %d, want 403", p.status)
+	paused := func() bool {
+		t.Helper()
+		var q struct {
+			PausedAt *time.Time `json:"paused_at"`
+		}
+		p := get(t, a, s.url+"/riverui/api/queues/default")
+		if p.status != http.StatusOK || json.Unmarshal([]byte(p.body), &q) != nil {
+			t.Fatalf("admin: River UI's queue API %d\n%.300s", p.status, p.body)
+		}
+		return q.PausedAt != nil
+	}
+	if p := pause("cross-site"); p.status != http.StatusForbidden || paused() {
+		t.Errorf("admin session, cross-site pause through River UI: %d (paused: %v), want 403 and nothing paused", p.status, paused())
+	}
+	if p := pause("same-origin"); p.status != http.StatusOK || !paused() {
+		t.Errorf("admin session, River UI's own pause: %d (paused: %v)\n%.300s", p.status, paused(), p.body)
 	}
 
 	// A read session, a GitHub session: as if there were nothing.
@@ -396,7 +420,7 @@ func TestRiverUIIsForAdminSessionsOnly(t *testing.T) {
 	s.gh.SignInAs("alice")
 	s.signInWithGitHub(t, g, "/")
 	for who, c := range map[string]*http.Client{"read token": r, "GitHub user": g} {
-		for _, path := range []string{"/riverui/", "/riverui/api/jobs?state=available", "/riverui/api/states"} {
+		for _, path := range []string{"/riverui", "/riverui/", "/riverui/api/jobs?state=available", "/riverui/api/states"} {
 			if p := get(t, c, s.url+path); p.status != http.StatusNotFound || strings.Contains(p.body, `"data"`) {
 				t.Errorf("%s: %s answered %d, want 404\n%.200s", who, path, p.status, p.body)
 			}
