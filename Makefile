@@ -13,7 +13,7 @@ LDFLAGS   := -X $(VPKG).version=$(VERSION) -X $(VPKG).commit=$(COMMIT) -X $(VPKG
 PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST      := dist
 
-.PHONY: help build release print-ldflags test test-deploy test-short lint bench demo clean docs
+.PHONY: help build release print-ldflags test test-deploy test-short lint bench demo clean docs screenshot
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -55,6 +55,9 @@ lint: ## gofmt, go vet and golangci-lint
 
 docs: ## regenerate the configuration table in README.md and docs/configuration.md
 	$(GO) generate ./internal/config
+
+screenshot: ## docs/dashboard.png: the demo plan's dashboard page, taken by headless Chromium
+	$(GO) test -count=1 -run '^TestScreenshot$$' ./web -screenshot $(CURDIR)/docs/dashboard.png
 
 bench: ## Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
