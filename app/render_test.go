@@ -82,6 +82,14 @@ func views() map[string]app.StatusView {
 		"pull_draft": {Plan: active, Source: app.SourceTaskList, Pull: &pr,
 			Tasks: []queue.TaskInfo{task("T1", plan.StatusDone, 1, "0.1", "w-1"), task("T2", plan.StatusInProgress, 1, "0", "w-1")}},
 		"pull_merged": {Plan: done, Pull: &merged, Tasks: []queue.TaskInfo{task("T1", plan.StatusDone, 1, "0.1", "w-1")}},
+		"pull_rounds": {Plan: failed, Pull: &pr, Tasks: []queue.TaskInfo{task("T1", plan.StatusDone, 1, "0.1", "w-1"),
+			task("pr-round-2", plan.StatusDone, 1, "0.1", "w-1"), task("pr-round-3", plan.StatusSkipped, 0, "0", "")},
+			Rounds: queue.PullRounds{StoppedBy: "@alice", Rounds: []queue.Round{
+				{Round: 2, Trigger: queue.RoundReview, Summary: "changes requested by @alice in review 42", TaskID: "pr-round-2", Outcome: queue.RoundStarted},
+				{Round: 3, Trigger: queue.RoundCheck, Summary: "check suite 9 failure on abc1234: <b>test</b> <!-- x -->", TaskID: "pr-round-3", Outcome: queue.RoundResolved},
+				{Round: 4, Trigger: queue.RoundCheck, Summary: "check suite 10 failure", Outcome: queue.RoundRefused,
+					Reason: "the pull request had its 2 follow-up rounds (WHILLY_PR_MAX_ROUNDS)"},
+			}}},
 	}
 }
 

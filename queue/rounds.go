@@ -139,7 +139,7 @@ func (s *Store) StartRound(ctx context.Context, req RoundRequest) (RoundResult, 
 			existingRounds int
 		)
 		err = tx.QueryRow(ctx, `SELECT coalesce((SELECT rounds_stopped_by FROM github_pulls WHERE plan_id = $1), ''),
-			(SELECT count(*) FROM github_rounds WHERE lower(repo) = lower($2) AND number = $3 AND outcome <> 'refused'),
+			(SELECT count(*) FROM github_rounds WHERE lower(repo) = lower($2) AND number = $3 AND outcome = 'started'),
 			(SELECT coalesce(max(round), 1) FROM github_rounds WHERE lower(repo) = lower($2) AND number = $3),
 			(SELECT count(*) FROM github_rounds WHERE plan_id = $1),
 			(p.budget_usd * 1000000)::bigint, (p.spent_usd * 1000000)::bigint,
@@ -161,7 +161,7 @@ func (s *Store) StartRound(ctx context.Context, req RoundRequest) (RoundResult, 
 		}
 		switch {
 		case plan.Exhausted(budgetCap, plan.USD(spent)):
-			res.Reason = fmt.Sprintf("the plan's budget is spent (%s of %s)", plan.USD(spent), *budgetCap)
+			res.Reason = fmt.Sprintf("the plan's budget is spent ($%s of $%s)", plan.USD(spent), *budgetCap)
 		case done >= req.MaxRounds && !req.ByHand:
 			res.Reason = fmt.Sprintf("the pull request had its %d follow-up rounds (WHILLY_PR_MAX_ROUNDS)", req.MaxRounds)
 		}
