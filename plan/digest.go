@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -18,6 +19,13 @@ const DigestLen = 64
 //   - every task in file order with its id, priority, description, dependencies, key
 //     files, acceptance criteria, test steps, PRD requirement, required worker labels and
 //     attempt limit.
+//
+// The document is {"repo", "verify": [{"name", "command", "required"}], "tasks": [{"id",
+// "priority", "description", "dependencies", "key_files", "acceptance_criteria",
+// "test_steps", "prd_requirement", "labels", "max_attempts"}]}, keys in that order,
+// compact (no spaces), strings escaped as JSON requires and nothing more (no HTML
+// escaping; U+2028 and U+2029 are written \u2028 and \u2029), so it can be rebuilt and
+// checked with any JSON tool.
 //
 // Runtime state (statuses, attempts, spend) and the budget are left out: running the plan
 // or raising its budget does not change what was approved, while any change of a task's
@@ -37,9 +45,13 @@ func Digest(p *Plan) string {
 			PRDRequirement: t.PRDRequirement, Labels: digestList(t.Labels), MaxAttempts: t.MaxAttempts,
 		})
 	}
-	// Marshalling structs of strings, bools, ints and string slices cannot fail.
-	b, _ := json.Marshal(d)
-	sum := sha256.Sum256(b)
+	// Compact JSON without HTML escaping, so that any JSON tool can reproduce it; encoding
+	// structs of strings, bools, ints and string slices cannot fail.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(d)
+	sum := sha256.Sum256(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 	return hex.EncodeToString(sum[:])
 }
 
