@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -21,6 +22,7 @@ type taskLogOptions struct {
 	connect   string
 	tokenFile string
 	insecure  bool
+	asJSON    bool
 }
 
 func (a *app) taskCommand() *cobra.Command {
@@ -43,7 +45,8 @@ redacted by the worker — as the control plane keeps it: its last 1 MiB. The wo
 while the agent runs (every second, or every 64 KiB). Without --attempt, the task's latest
 attempt. With --follow, wait for more and print it as it comes until the attempt ends (then
 exit 0); without it, print what there is now and exit. Terminal escape sequences and other
-control characters in the log are not printed.
+control characters in the log are not printed. With --json, each read is one JSON object on
+its own line, as the API answers it (text unchanged, offset, next_offset, running, task_status).
 
 Without --connect it reads the local database (WHILLY_DATABASE_URL, or the embedded one). With
 --connect URL it reads that control plane's API (GET /v1/plans/PLAN/tasks/TASK/attempts/N/log)
@@ -55,6 +58,7 @@ unreachable control plane.`,
 		Example: `  whilly task log demo AUTH-1
   whilly task log demo AUTH-1 --attempt 2
   whilly task log demo AUTH-1 --follow
+  whilly task log demo AUTH-1 --json | jq -r .text
   WHILLY_API_TOKEN=whilly_r_… whilly task log demo AUTH-1 --follow --connect https://whilly.example.com`,
 		Args: exactArgs(2, "a plan id and a task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -73,6 +77,7 @@ unreachable control plane.`,
 	f.StringVar(&o.connect, "connect", "", "control plane URL (default: the local database)")
 	f.StringVar(&o.tokenFile, "token-file", "", "with --connect: file holding the API token (default $WHILLY_API_TOKEN)")
 	f.BoolVar(&o.insecure, "insecure", false, "with --connect: allow plain http:// to a non-loopback host")
+	f.BoolVar(&o.asJSON, "json", false, "print each read as a JSON object on its own line (the API's answer: text, offsets, running)")
 	return cmd
 }
 
@@ -154,6 +159,19 @@ func (a *app) printTaskLog(ctx context.Context, o taskLogOptions, read logReader
 		}
 		if first {
 			attempt = lg.Attempt // follow the attempt that was latest at the start
+		}
+		if o.asJSON {
+			if err := a.printLogJSON(lg, first); err != nil {
+				return err
+			}
+			after = lg.NextOffset
+			if !o.follow || !lg.Running {
+				return nil
+			}
+			wait = logFollowWait
+			continue
+		}
+		if first {
 			fmt.Fprintf(a.io.Err, "attempt %d of task %s of plan %s (%s)\n", lg.Attempt, termLine(lg.TaskID), termLine(lg.PlanID), lg.TaskStatus)
 		}
 		if lg.Offset > after {
@@ -174,4 +192,18 @@ func (a *app) printTaskLog(ctx context.Context, o taskLogOptions, read logReader
 		}
 		wait = logFollowWait
 	}
+}
+
+// printLogJSON prints one read as a JSON line: the first one, and every one with text or
+// that says the attempt ended.
+func (a *app) printLogJSON(lg client.AttemptLog, first bool) error {
+	if !first && lg.Text == "" && lg.Running {
+		return nil
+	}
+	b, err := json.Marshal(lg)
+	if err != nil {
+		return fmt.Errorf("encode the log: %w", err)
+	}
+	_, err = fmt.Fprintf(a.io.Out, "%s\n", b)
+	return err
 }

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,16 @@ func TestTaskLogPrintsTheSimAgentsLog(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "whilly sim agent: a simulation, no model runs; working for 600ms\nwhilly sim agent: working, ") ||
 		!strings.HasSuffix(out, "<promise>COMPLETE</promise>\n") || stderr != "attempt 1 of task A of plan cli (DONE)\n" {
 		t.Fatalf("task log: exit %d\n%s\nstderr %q", code, out, stderr)
+	}
+	code, js, _ := run(t, dsn, "", "task", "log", "cli", "A", "--json")
+	var lg struct {
+		Attempt    int    `json:"attempt"`
+		Text       string `json:"text"`
+		NextOffset int64  `json:"next_offset"`
+		Running    bool   `json:"running"`
+	}
+	if err := json.Unmarshal([]byte(js), &lg); code != 0 || err != nil || lg.Text != out || lg.NextOffset != int64(len(out)) || lg.Running || lg.Attempt != 1 {
+		t.Errorf("--json: exit %d, %q (%v)", code, js, err)
 	}
 	if code, again, _ := run(t, dsn, "", "task", "log", "cli", "A", "--attempt", "1", "--follow"); code != 0 || again != out {
 		t.Errorf("--attempt 1 --follow of an ended attempt: exit %d\n%s", code, again)
