@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -59,13 +60,18 @@ func (s oauthSignIn) SignIn(ctx context.Context, code, redirectURI, verifier str
 // mountOperator adds to the dashboard what the operator gets besides its pages: "Sign in
 // with GitHub" when the App's OAuth client is configured, and River's UI at /riverui/
 // for admin sessions.
-func (a *app) mountOperator(srv *control.Server, dash *web.Handler, rc *river.Client[pgx.Tx]) error {
+func (a *app) mountOperator(ctx context.Context, srv *control.Server, dash *web.Handler, rc *river.Client[pgx.Tx]) error {
 	gs, err := a.githubSignIn()
 	if err != nil {
 		return err
 	}
 	if gs != nil {
 		dash.EnableGitHubSignIn(gs, a.cfg.String(config.PublicURL))
+		callback := a.cfg.String(config.PublicURL)
+		if callback == "" {
+			callback = "<the browser's address: WHILLY_PUBLIC_URL is unset>"
+		}
+		a.log.InfoContext(ctx, "the dashboard offers sign in with GitHub", "callback", strings.TrimRight(callback, "/")+web.GitHubCallbackPath)
 	}
 	rui, err := newRiverUI(rc, a.log)
 	if err != nil {

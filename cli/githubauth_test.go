@@ -330,9 +330,16 @@ func TestSignInWithGitHubRefusesWhatDidNotStartHere(t *testing.T) {
 		}
 		signedOut(c, "GitHub failing "+f.Path)
 	}
+	// A next page on another site is not followed: the sign-in ends on the plans.
+	for _, next := range []string{"//evil.example/x", "https://evil.example/", "/\\evil.example"} {
+		c = browser(t)
+		if p := s.signInWithGitHub(t, c, next); p.status != http.StatusOK || p.url != s.url+"/" {
+			t.Errorf("sign-in with next=%q ended at %s (%d), want %s/", next, p.url, p.status, s.url)
+		}
+	}
 	// Every token issued along the way was revoked.
-	if issued, live := s.gh.UserTokens(); issued != 2 || live != 0 {
-		t.Errorf("user tokens: %d issued, %d live; want 2 and 0", issued, live)
+	if issued, live := s.gh.UserTokens(); issued != 5 || live != 0 {
+		t.Errorf("user tokens: %d issued, %d live; want 5 and 0", issued, live)
 	}
 }
 

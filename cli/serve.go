@@ -245,7 +245,7 @@ func (a *app) newControlPlane(ctx context.Context, base *queue.Store) (*controlP
 		return nil, err
 	}
 	srv.Mount("/*", dash)
-	if err := a.mountOperator(srv, dash, rc); err != nil {
+	if err := a.mountOperator(ctx, srv, dash, rc); err != nil {
 		cancel()
 		return nil, err
 	}

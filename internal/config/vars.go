@@ -223,9 +223,9 @@ func Vars() []Var {
 			Doc: "`1`: send `repository_dispatch` `whilly-work` when a plan of a repository starts"},
 		{Name: DispatchInterval, Section: secGitHub, Kind: KindDuration, Default: "10m", Commands: srv,
 			Doc: "dispatch again at most this often while ready tasks wait with nothing claiming"},
-		{Name: GitHubClientID, Section: secGitHub, Kind: KindString, Commands: []Command{Serve}, Needs: []Name{GitHubClientSecret},
+		{Name: GitHubClientID, Section: secGitHub, Kind: KindString, Commands: srv, Needs: []Name{GitHubClientSecret},
 			DefaultText: "the App file's client_id", Doc: "the App's OAuth client id: with its secret, the dashboard offers \"Sign in with GitHub\""},
-		{Name: GitHubClientSecret, Section: secGitHub, Kind: KindSecret, Commands: []Command{Serve}, Needs: []Name{GitHubClientID},
+		{Name: GitHubClientSecret, Section: secGitHub, Kind: KindSecret, Commands: srv, Needs: []Name{GitHubClientID},
 			DefaultText: "the App file's client_secret", Doc: "the App's OAuth client secret (\"Sign in with GitHub\")"},
 	}
 }
