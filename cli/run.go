@@ -260,6 +260,12 @@ func (a *app) runSummary(ctx context.Context, st *queue.Store, planID string, st
 		a.printf("plan %s is DONE: %d tasks, %d attempts, $%s of %s, in %s\n", pi.ID, pi.Total, attempts, pi.Spent, budgetText(pi.Budget), took.Round(time.Millisecond))
 		return nil
 	case plan.PlanPaused:
+		switch pi.PauseReason {
+		case queue.PauseApproval:
+			return failf("plan %s awaits approval; review it ('whilly plan show %s') and approve it with 'whilly plan approve %s --digest D'", pi.ID, pi.ID, pi.ID)
+		case queue.PauseOperator:
+			return failf("plan %s was paused; resume it with 'whilly plan resume %s'", pi.ID, pi.ID)
+		}
 		return failf("plan %s is PAUSED (%s) after spending $%s of %s; raise it with 'whilly plan budget %s USD'", pi.ID, pi.PauseReason, pi.Spent, budgetText(pi.Budget), pi.ID)
 	case plan.PlanActive:
 		return a.explainStuck(ctx, st, pi)

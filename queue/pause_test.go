@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -390,5 +393,95 @@ func TestScopedActorsChangeOnlyTheirPlans(t *testing.T) {
 	}
 	if f, _ := st.GetFleet(ctx); f.Paused {
 		t.Error("the fleet was paused by a scoped actor")
+	}
+}
+
+// Claims racing a pause: once PauseFleet has returned, no claim that begins afterwards
+// (and before the resume) gets a task, whichever batch it joins; after the resume every
+// task is claimed exactly once and completes.
+func TestPauseRacingConcurrentClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := newStore(t)
+	const n = 600
+	importTasks(t, st, widePlan("race", n))
+	var (
+		inPause atomic.Bool // PauseFleet returned and ResumeFleet has not begun
+		claimed atomic.Int64
+		resume  = make(chan struct{})
+		mu      sync.Mutex
+		seen    = map[string]int{}
+		wg      sync.WaitGroup
+	)
+	for range 8 {
+		w := register(t, st)
+		wg.Go(func() {
+			for {
+				during := inPause.Load()
+				c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: "race"})
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				if c == nil {
+					select {
+					case <-resume:
+						return // resumed and nothing left
+					default:
+					}
+					<-resume // met the pause (or raced it): wait, then go on
+					continue
+				}
+				if during {
+					t.Errorf("a claim that began after the pause returned got %s", c.Task.ID)
+				}
+				mu.Lock()
+				seen[c.Task.ID]++
+				mu.Unlock()
+				claimed.Add(1)
+				if _, err := st.Complete(ctx, leaseOf(c, w.ID), queue.CompleteInput{}); err != nil {
+					t.Errorf("complete %s: %v", c.Task.ID, err)
+					return
+				}
+			}
+		})
+	}
+	for claimed.Load() < n/4 {
+		runtime.Gosched()
+	}
+	if _, err := st.PauseFleet(ctx, queue.Actor{By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	inPause.Store(true)
+	// Let every worker meet the pause: the claims in flight when it committed land, then
+	// nothing moves.
+	last := claimed.Load()
+	for {
+		time.Sleep(50 * time.Millisecond)
+		c := claimed.Load()
+		if c == last {
+			break
+		}
+		last = c
+	}
+	if last == n {
+		t.Fatal("the plan ran out before the pause: nothing was tested")
+	}
+	inPause.Store(false)
+	if _, err := st.ResumeFleet(ctx, queue.Actor{By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("%d tasks claimed; want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("task %s claimed %d times", id, k)
+		}
+	}
+	if pi, err := st.GetPlan(ctx, "race"); err != nil || pi.Status != plan.PlanDone {
+		t.Fatalf("plan = %s, %v; want DONE", pi.Status, err)
 	}
 }
