@@ -465,8 +465,12 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		rec.Status = writeJSON(w, f.Status, map[string]string{"message": fmt.Sprintf("injected HTTP %d", f.Status)})
 		return
 	}
-	if rec.Status, rec.Limited = g.rateLimit(w, inst, rec.Write(), rec.At); rec.Limited {
-		return
+	// The App's own requests (its JWT: token exchanges, the delivery log) have a budget
+	// of their own on GitHub, apart from its installations': not counted here.
+	if route.auth != authApp {
+		if rec.Status, rec.Limited = g.rateLimit(w, inst, rec.Write(), rec.At); rec.Limited {
+			return
+		}
 	}
 	rec.Status = route.h(w, r, inst, m)
 }

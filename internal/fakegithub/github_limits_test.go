@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,6 +129,19 @@ func TestHourlyLimitAnswersWithReset(t *testing.T) {
 	}
 	if _, _, err := c[2].Issues.Get(ctx, "o", "two", 1); err != nil {
 		t.Fatalf("the other installation: %v", err)
+	}
+	// The App's own requests (a new token for installation 1) have a budget of their own.
+	if _, _, err := installationClient(t, g, 1).Issues.Get(ctx, "o", "one", 1); !errors.As(err, &rl) {
+		t.Fatalf("a fresh client of installation 1 = %v; want its hourly limit", err)
+	}
+	minted := 0
+	for _, r := range g.Requests() {
+		if strings.HasSuffix(r.Path, "/access_tokens") && r.Status == http.StatusCreated {
+			minted++
+		}
+	}
+	if minted != 3 {
+		t.Errorf("%d installation tokens minted, want 3 (the App's requests are not limited)", minted)
 	}
 	// A fresh client: go-github remembers the reset and would not even ask.
 	g.SetLimits(fakegithub.Limits{})
