@@ -77,7 +77,7 @@ func Intake(ctx context.Context, s Setup, o IntakeOptions) (IntakeResult, error)
 	if werr := <-done; err == nil {
 		err = werr
 	}
-	e.plans = append(e.plans, l.planIDs(ctx)...)
+	e.plans = append(e.plans, l.planIDs(context.WithoutCancel(ctx))...) // also when interrupted
 	if err != nil {
 		return res, err
 	}

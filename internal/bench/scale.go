@@ -94,7 +94,7 @@ func Scale(ctx context.Context, s Setup, o ScaleOptions) (ScaleResult, error) {
 	if werr := <-done; err == nil {
 		err = werr
 	}
-	e.plans = append(e.plans, l.planIDs(ctx)...)
+	e.plans = append(e.plans, l.planIDs(context.WithoutCancel(ctx))...) // also when interrupted
 	if err != nil {
 		return res, err
 	}
