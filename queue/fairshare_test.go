@@ -119,3 +119,23 @@ func TestFairShareWeighsAnInstallationsPlans(t *testing.T) {
 		t.Fatalf("installation 2 got %d of the first 68 claims, want 24 (6 of every 17): %v", n, got)
 	}
 }
+
+// A new plan's first task goes before the running plans' next ones, and new plans are
+// served in the order they came: an issue labelled now gets an agent at once, however
+// many plans are under way, and a burst of new issues does not serve the last first.
+func TestFairShareServesNewPlansFirstInTheirOrder(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	w := register(t, st)
+	for i := range 3 {
+		importFor(t, st, widePlan(fmt.Sprintf("running%d", i), 50), int64(i+1))
+	}
+	claimAny(t, st, w, 10)
+	importFor(t, st, widePlan("new1", 50), 4)
+	importFor(t, st, widePlan("new2", 50), 5)
+	importFor(t, st, widePlan("new3", 1), 1)
+	got := claimAny(t, st, w, 3)
+	if want := []string{"new1", "new2", "new3"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after 10 claims of running plans, the next went to %v, want %v", got, want)
+	}
+}

@@ -390,7 +390,7 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 			SELECT $1, r.id, r.ord, r.status, r.priority, r.description, r.dependencies, r.key_files,
 			       r.acceptance_criteria, r.test_steps, r.prd_requirement, r.labels, r.max_attempts,
 			       r.gate_verdict, r.gate_reasons, (SELECT seq FROM plans WHERE id = $1),
-			       b.round + (SELECT stride FROM share_stride) * r.step
+			       CASE WHEN r.step = 0 THEN b.first ELSE b.first + 1 + 2 * (SELECT stride FROM share_stride) * (r.step - 1) END
 			FROM jsonb_to_recordset($2::jsonb) AS r(
 				id text, ord int, status text, priority text, description text, dependencies text[],
 				key_files text[], acceptance_criteria text[], test_steps text[], prd_requirement text,
@@ -414,21 +414,28 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 }
 
 // fairShareSQL places the tasks of plan $1 (rows $2, with rank and step) in the claim
-// order (migration 0019): share_base is, for each priority in the batch, the round of the
-// first task a claim of that priority would take now (plan ACTIVE, retry time passed,
-// dependencies finished; labels and scopes aside), 0 when there is none — found by
-// walking tasks_claim_fair like a claim, so it costs what a claim costs; share_stride is
-// the number of live plans of $1's installation (plans without one are one group).
+// order (migration 0019). Rounds are even; the odd round just before one holds the first
+// tasks of plans that came since, so that a new plan's first task is claimed before the
+// running plans' next ones (and after the new plans before it), whatever they queued.
+// share_base is, for each priority in the batch, that odd round: the head of the claim
+// order — the first task a claim of that priority would take now (plan ACTIVE, retry
+// time passed, dependencies finished; labels and scopes aside), found by walking
+// tasks_claim_fair like a claim, so it costs what a claim costs — or the odd round before
+// it; -1 when nothing is pending. The plan's further tasks of that priority take the even
+// rounds after it, one each, or every m-th when its installation has m live plans
+// (share_stride; plans without an installation are one group), so that an installation's
+// many plans together get about what one plan of another installation gets.
 const fairShareSQL = `share_base AS (
-		SELECT k.rank, coalesce((
+		SELECT k.rank, CASE WHEN h.round IS NULL THEN -1 WHEN h.round % 2 <> 0 THEN h.round ELSE h.round - 1 END AS first
+		FROM (SELECT DISTINCT (e->>'rank')::smallint AS rank FROM jsonb_array_elements($2::jsonb) AS e) k
+		CROSS JOIN LATERAL (SELECT (
 			SELECT t.share_round FROM tasks t
 			WHERE t.status = 'PENDING' AND t.priority_rank = k.rank
 			  AND (t.not_before IS NULL OR t.not_before <= now())
 			  AND EXISTS (SELECT 1 FROM plans pl WHERE pl.id = t.plan_id AND pl.status = 'ACTIVE')
 			  AND ` + depsFinished + `
 			ORDER BY t.share_round, t.plan_seq, t.ord
-			LIMIT 1), 0) AS round
-		FROM (SELECT DISTINCT (e->>'rank')::smallint AS rank FROM jsonb_array_elements($2::jsonb) AS e) k
+			LIMIT 1) AS round) h
 	), share_stride AS (
 		SELECT greatest(count(*), 1) AS stride FROM plans o
 		WHERE o.status IN ('ACTIVE', 'PAUSED')
