@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/whilly-go/whilly/plan"
@@ -104,7 +105,7 @@ func (h *Handler) retryTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.InfoContext(r.Context(), "task retried", "plan_id", p.ID, "task_id", taskID, "tasks", res.Retried, "by", by)
-	http.Redirect(w, r, PlanPath(p.ID)+"#task-"+taskID, http.StatusSeeOther)
+	http.Redirect(w, r, PlanPath(p.ID)+"#task-"+url.PathEscape(taskID), http.StatusSeeOther)
 }
 
 func short(s string, n int) string {
@@ -139,7 +140,7 @@ func (h *Handler) planPause(w http.ResponseWriter, r *http.Request, what string,
 		h.actionError(w, r, err)
 		return
 	}
-	h.log.InfoContext(r.Context(), "plan "+what, "plan_id", p.ID, "changed", ch.Changed, "by", a.By)
+	h.log.InfoContext(r.Context(), "plan pause state set", "plan_id", p.ID, "action", what, "changed", ch.Changed, "by", a.By)
 	http.Redirect(w, r, PlanPath(p.ID), http.StatusSeeOther)
 }
 

@@ -191,3 +191,22 @@ func TestBrowserButtonsWorkAndAFormWithoutCSRFIsRefused(t *testing.T) {
 		t.Fatalf("the refused form wrote an event: %v", evs)
 	}
 }
+
+// TestBrowserPagesFitAPhone opens each page at a phone's width (390 CSS pixels): nothing
+// may be wider than the screen, so no page scrolls sideways.
+func TestBrowserPagesFitAPhone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.importPlan(twoTaskPlan)
+	w := e.worker()
+	complete(t, w, claim(t, w, "shop"), 10_000)
+	ctx := tab(t, 30*time.Second)
+	run(t, ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3)))
+	signInAt(t, ctx, e.url+"/", e.admin)
+	for _, path := range []string{"/", "/plans/shop", "/workers", "/events"} {
+		run(t, ctx, chromedp.Navigate(e.url+path), chromedp.WaitVisible(chromedp.CSS(`main`)))
+		if wide := eval[float64](t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); wide > 0 {
+			t.Errorf("%s is %.0f px wider than a phone's screen", path, wide)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -86,12 +87,45 @@ func TestPlanPauseAndResumeButtons(t *testing.T) {
 	}
 }
 
-// TestBrowserApproveButtonApprovesWhatWasShown approves a plan awaiting approval with the
-// button; a plan changed after its page was shown is refused (stale digest) and stays
-// paused.
-func TestBrowserApproveButtonApprovesWhatWasShown(t *testing.T) {
+// digestPattern finds the digest an approval form carries.
+var digestPattern = regexp.MustCompile(`name="digest" value="([0-9a-f]+)"`)
+
+// TestApproveRefusesAStaleDigest: the approve form carries the digest its page showed; a
+// plan changed since is refused (409) and stays paused.
+func TestApproveRefusesAStaleDigest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.importPausedForApproval(t)
+	b := e.browser()
+	b.mustSignIn(e.admin)
+	page := b.get("/plans/shop").body
+	m := digestPattern.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no approve form with a digest:\n%s", page)
+	}
+	// Someone edits a task after the page was shown: its digest is stale.
+	edit := `{"id": "A-2", "priority": "low", "description": "Document the login limits for operators, with examples", "dependencies": ["A-1"], "acceptance_criteria": ["doc"], "test_steps": ["read"]}`
+	if _, err := e.store.EditTask(context.Background(), "shop", "A-2", []byte(edit), "test"); err != nil {
+		t.Fatal(err)
+	}
+	a := b.do(http.MethodPost, "/plans/shop/approve", url.Values{"csrf": {csrfOf(t, page)}, "digest": {m[1]}})
+	if a.status != http.StatusConflict || !strings.Contains(a.body, "changed since digest") {
+		t.Fatalf("a stale approval: %d\n%s", a.status, a.body)
+	}
+	if pi, _ := e.store.GetPlan(context.Background(), "shop"); pi.Status != plan.PlanPaused {
+		t.Fatalf("a stale approval changed the plan: %s", pi.Status)
+	}
+	if evs := e.events("shop", queue.EventPlanApproved); len(evs) != 0 {
+		t.Fatalf("a stale approval wrote %v", evs)
+	}
+	fresh := digestPattern.FindStringSubmatch(b.get("/plans/shop").body)
+	if fresh == nil || fresh[1] == m[1] {
+		t.Fatalf("the page's digest did not change with the plan: %v", fresh)
+	}
+}
+
+func (e *env) importPausedForApproval(t *testing.T) {
+	t.Helper()
 	p, err := plan.Parse([]byte(twoTaskPlan))
 	if err != nil {
 		t.Fatal(err)
@@ -99,32 +133,20 @@ func TestBrowserApproveButtonApprovesWhatWasShown(t *testing.T) {
 	if _, err := e.store.Import(context.Background(), p, queue.ImportOptions{PauseReason: queue.PauseApproval}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBrowserApproveButtonStartsThePlan approves a plan awaiting approval with the button.
+func TestBrowserApproveButtonStartsThePlan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.importPausedForApproval(t)
 	ctx := tab(t, 30*time.Second)
 	signInAt(t, ctx, e.url+"/plans/shop", e.admin)
 	run(t, ctx, chromedp.WaitVisible(chromedp.CSS(`#approve-button`)))
 	shown := text(t, ctx, `#digest`)
-
-	// Someone edits a task after the page was shown: the button's digest is stale.
-	edit := `{"id": "A-2", "priority": "low", "description": "Document the login limits for operators, with examples", "dependencies": ["A-1"], "acceptance_criteria": ["doc"], "test_steps": ["read"]}`
-	if _, err := e.store.EditTask(context.Background(), "shop", "A-2", []byte(edit), "test"); err != nil {
-		t.Fatal(err)
-	}
-	run(t, ctx, chromedp.Click(chromedp.CSS(`#approve-button`)), chromedp.WaitVisible(chromedp.CSS(`.failure`)))
-	if h := text(t, ctx, `.failure`); !strings.Contains(h, "409") || !strings.Contains(h, "changed since digest") {
-		t.Fatalf("a stale approval answered %q", h)
-	}
-	if pi, _ := e.store.GetPlan(context.Background(), "shop"); pi.Status != plan.PlanPaused {
-		t.Fatalf("a stale approval changed the plan: %s", pi.Status)
-	}
-
-	// Reloaded, the page shows the new digest, and approving it starts the plan.
-	run(t, ctx, chromedp.Navigate(e.url+"/plans/shop"), chromedp.WaitVisible(chromedp.CSS(`#approve-button`)))
-	if now := text(t, ctx, `#digest`); now == shown {
-		t.Fatalf("the digest did not change with the plan: %s", now)
-	}
 	run(t, ctx, chromedp.Click(chromedp.CSS(`#approve-button`)))
 	poll(t, ctx, `document.querySelector("#summary .state") !== null && document.querySelector("#summary .state").textContent === "ACTIVE"`, 5*time.Second)
-	if evs := e.events("shop", queue.EventPlanApproved); len(evs) != 1 || evs[0]["by"] != "token:ops@example.com" {
-		t.Fatalf("plan.approved: %v", evs)
+	if evs := e.events("shop", queue.EventPlanApproved); len(evs) != 1 || evs[0]["by"] != "token:ops@example.com" || evs[0]["digest"] != shown {
+		t.Fatalf("plan.approved: %v (the page showed %s)", evs, shown)
 	}
 }

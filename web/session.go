@@ -45,7 +45,7 @@ func (h *Handler) session(r *http.Request) (queue.Session, bool) {
 	}
 	s, err := h.store.AuthenticateSession(r.Context(), c.Value)
 	if err != nil {
-		if !errors.Is(err, queue.ErrUnauthorized) {
+		if !errors.Is(err, queue.ErrUnauthorized) && r.Context().Err() == nil {
 			h.log.WarnContext(r.Context(), "session lookup failed", "error", err)
 		}
 		return queue.Session{}, false
@@ -125,6 +125,7 @@ func equalSecret(a, b string) bool {
 func (h *Handler) secureRequest(r *http.Request) bool { return h.secure || r.TLS != nil }
 
 func (h *Handler) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge time.Duration) {
+	//nolint:gosec // G124: Secure over https, here or behind a proxy (secureRequest); plain http on a laptop needs the cookie too
 	c := &http.Cookie{Name: name, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: h.secureRequest(r), MaxAge: int(maxAge.Seconds())}
 	if maxAge < 0 {
@@ -144,7 +145,7 @@ func (h *Handler) StartSession(w http.ResponseWriter, r *http.Request, p Princip
 	h.setCookie(w, r, sessionCookie, id, h.cfg.SessionTTL)
 	h.setCookie(w, r, signinCookie, "", -1)
 	h.log.InfoContext(r.Context(), "dashboard sign-in", "kind", p.Kind, "name", p.Name, "admin", p.Admin)
-	http.Redirect(w, r, safeNext(next), http.StatusSeeOther)
+	http.Redirect(w, r, safeNext(next), http.StatusSeeOther) //nolint:gosec // G710: safeNext lets only paths of this site through
 	return nil
 }
 

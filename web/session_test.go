@@ -124,7 +124,7 @@ func TestADeepLinkSurvivesSignInAndOpenRedirectsDoNot(t *testing.T) {
 		a := e.browser().signIn(e.read, evil)
 		// Only a path of this site may come back: here the encoded newline one, harmless.
 		sameSite := evil == "/%0d%0aSet-Cookie:x=1"
-		if a.status != http.StatusSeeOther || (a.location != "/" && !(sameSite && a.location == evil)) {
+		if ok := a.location == "/" || (sameSite && a.location == evil); a.status != http.StatusSeeOther || !ok {
 			t.Errorf("next=%q: %d to %q, want 303 to /", evil, a.status, a.location)
 		}
 		if u, err := url.Parse(a.location); err != nil || u.Host != "" || strings.HasPrefix(a.location, "//") {
