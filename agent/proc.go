@@ -53,7 +53,7 @@ type procResult struct {
 //
 // The pipes are os.Pipe files read by our own goroutines rather than exec's copiers, so
 // Wait returns when the leader exits even if a grandchild still holds the write end; the
-// readers then drain until every holder is gone, bounded by the grace.
+// readers then drain until every holder is gone or the pipes stay silent for the grace.
 func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 	start := time.Now()
 	if s.dir != "" {
@@ -182,15 +182,7 @@ func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 	killTagged(tag)
 	stopWatchdog()
 
-	drain := time.NewTimer(s.grace)
-	select {
-	case <-readersDone:
-		drain.Stop()
-	case <-drain.C:
-		// Someone left the group (setsid) and still holds a pipe: stop reading.
-		closeAll(outR, errR)
-		<-readersDone
-	}
+	drainPipes(readersDone, s.grace, func() int64 { return stdout.Written() + stderr.Written() }, outR, errR)
 	closeAll(outR, errR, inW)
 	outLog.flush()
 	errLog.flush()
@@ -221,6 +213,36 @@ func pump(wg *sync.WaitGroup, r io.Reader, buf *tailBuffer, log *lineRedactor) {
 			log.write(chunk[:n])
 		}
 		if err != nil {
+			return
+		}
+	}
+}
+
+// maxDrain bounds how long the output pipes are read after the attempt's processes are
+// gone.
+const maxDrain = 30 * time.Second
+
+// drainPipes waits for the readers to reach the end of the pipes. Someone who left the
+// group (setsid) may still hold a pipe open: once no byte has arrived for the grace, it
+// stops reading, and after maxDrain whatever flows. Output still flowing (a slow log
+// writer behind the reader) is read to the end, so the result line at the tail is not
+// cut off.
+func drainPipes(done <-chan struct{}, grace time.Duration, read func() int64, pipes ...*os.File) {
+	t := time.NewTicker(grace)
+	defer t.Stop()
+	deadline := time.Now().Add(maxDrain)
+	last := read()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if n := read(); n != last && time.Now().Before(deadline) {
+				last = n
+				continue
+			}
+			closeAll(pipes...)
+			<-done
 			return
 		}
 	}
@@ -267,6 +289,13 @@ func (b *tailBuffer) Bytes() []byte {
 		return bytes.Clone(b.buf[len(b.buf)-b.limit:])
 	}
 	return bytes.Clone(b.buf)
+}
+
+// Written returns how many bytes were written in all.
+func (b *tailBuffer) Written() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total
 }
 
 // Truncated reports whether more was written than is kept.
