@@ -199,8 +199,10 @@ func Idle(ctx context.Context, s Setup, o IdleOptions) (IdleResult, error) {
 	res.HeapPerWorkerKiB = float64(res.HeapWaitingBytes-res.HeapBeforeBytes) / 1024 / float64(o.Workers)
 
 	s.progressf("quiet window of %s while they wait", o.Window)
-	if time.Since(firstSent)+o.Window+time.Second > claimWait*time.Second {
-		return res, fmt.Errorf("the workers took %.1f s to connect: the %s window would reach the end of the first claims' %d s wait; use fewer --workers or a shorter --window",
+	// The window, with the settling before it and the statistics' second of lag after it,
+	// must end before the first claims' waits run out and they ask again.
+	if time.Since(firstSent)+o.Window+5*time.Second > claimWait*time.Second {
+		return res, fmt.Errorf("the workers took %.1f s to connect and fall asleep: the %s window would reach the end of the first claims' %d s wait; use fewer --workers or a shorter --window",
 			res.ConnectSeconds, o.Window, claimWait)
 	}
 	if res.XactsWaiting, err = e.xactsOver(ctx, o.Window); err != nil {
