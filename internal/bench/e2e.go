@@ -163,7 +163,7 @@ func E2E(ctx context.Context, s Setup, o E2EOptions) (E2EResult, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for e.ln.accepted.Load() < int64(o.Workers) {
 		if p := exited(); p != nil {
-			return E2EResult{}, fmt.Errorf("a whilly-worker exited before any work (%v): %s", p.exit, strings.TrimSpace(p.err.String()))
+			return E2EResult{}, fmt.Errorf("a whilly-worker exited before any work (%w): %s", p.exit, strings.TrimSpace(p.err.String()))
 		}
 		if time.Now().After(deadline) {
 			return E2EResult{}, fmt.Errorf("only %d of %d workers reached the control plane in 30 s", e.ln.accepted.Load(), o.Workers)
