@@ -468,8 +468,8 @@ func (a *app) runBenchIdle(ctx context.Context, o benchIdleFlags) error {
 	tw.row("transactions", fmt.Sprint(res.XactsBefore), fmt.Sprint(res.XactsWaiting), "-",
 		fmt.Sprintf("pg_stat_database over %.0f s; the waiting workers' cost: %d", res.WindowSeconds, res.IdleQueries))
 	tw.row("wake-up", "-", fmt.Sprintf("p50 %.2f ms", res.WakeP50Ms), "-",
-		fmt.Sprintf("p99 %.2f ms, max %.2f ms over %d tasks, from the import's commit to the claim's answer; from the import call: p50 %.2f ms, p99 %.2f ms",
-			res.WakeP99Ms, res.WakeMaxMs, res.Wakes, res.WakeFromCallP50Ms, res.WakeFromCallP99Ms))
+		fmt.Sprintf("p99 %.2f ms, max %.2f ms over %d tasks, from the import's commit to the claim's answer; from the import call: p50 %.2f ms, p99 %.2f ms; %d claims asked again after an error",
+			res.WakeP99Ms, res.WakeMaxMs, res.Wakes, res.WakeFromCallP50Ms, res.WakeFromCallP99Ms, res.ClaimErrors))
 	if err := tw.flush(); err != nil {
 		return err
 	}

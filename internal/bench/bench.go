@@ -273,7 +273,8 @@ func open(ctx context.Context, s Setup, hooks bool) (*env, error) {
 
 // close stops the control plane and removes the scratch plans, workers and tables.
 func (e *env) close(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	// Revoking 10,000 scratch workers takes a while on a busy machine.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second+time.Duration(len(e.workers))*20*time.Millisecond)
 	defer cancel()
 	if e.cp != nil {
 		if err := e.cp.Shutdown(ctx); err != nil {

@@ -53,17 +53,19 @@ type IdleResult struct {
 	// Transactions committed or rolled back in the database (pg_stat_database) over a
 	// window before the workers connect and over one of the same length while they wait;
 	// IdleQueries is the difference: what the waiting workers cost.
-	WindowSeconds      float64 `json:"window_seconds"`
-	XactsBefore        int64   `json:"xacts_before"`
-	XactsWaiting       int64   `json:"xacts_waiting"`
-	IdleQueries        int64   `json:"idle_queries"`
-	Wakes              int     `json:"wakes"`
-	WakeP50Ms          float64 `json:"wake_p50_ms"`
-	WakeP99Ms          float64 `json:"wake_p99_ms"`
-	WakeMaxMs          float64 `json:"wake_max_ms"`
-	WakeFromCallP50Ms  float64 `json:"wake_from_import_call_p50_ms"`
-	WakeFromCallP99Ms  float64 `json:"wake_from_import_call_p99_ms"`
-	ConnectSeconds     float64 `json:"connect_seconds"`
+	WindowSeconds     float64 `json:"window_seconds"`
+	XactsBefore       int64   `json:"xacts_before"`
+	XactsWaiting      int64   `json:"xacts_waiting"`
+	IdleQueries       int64   `json:"idle_queries"`
+	Wakes             int     `json:"wakes"`
+	WakeP50Ms         float64 `json:"wake_p50_ms"`
+	WakeP99Ms         float64 `json:"wake_p99_ms"`
+	WakeMaxMs         float64 `json:"wake_max_ms"`
+	WakeFromCallP50Ms float64 `json:"wake_from_import_call_p50_ms"`
+	WakeFromCallP99Ms float64 `json:"wake_from_import_call_p99_ms"`
+	ConnectSeconds    float64 `json:"connect_seconds"`
+	// ClaimErrors counts claims that failed and were asked again (a closed connection).
+	ClaimErrors        int64   `json:"claim_errors"`
 	ClaimWaitCapSecond float64 `json:"claim_wait_seconds"`
 }
 
@@ -129,11 +131,12 @@ func Idle(ctx context.Context, s Setup, o IdleOptions) (IdleResult, error) {
 		wg.Wait()
 	}()
 	var (
-		sent   atomic.Int64
-		failed firstErr
-		mu     sync.Mutex
-		got    = map[string]time.Time{} // task → when a worker held its claim
-		gotCh  = make(chan string, o.Wakes+1)
+		claimErrs atomic.Int64
+		sent      atomic.Int64
+		failed    firstErr
+		mu        sync.Mutex
+		got       = map[string]time.Time{} // task → when a worker held its claim
+		gotCh     = make(chan string, o.Wakes+1)
 	)
 	traced := httptrace.WithClientTrace(pollCtx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sent.Add(1) }})
 	connectBegin := time.Now()
@@ -147,14 +150,21 @@ func Idle(ctx context.Context, s Setup, o IdleOptions) (IdleResult, error) {
 			}
 		}
 		wg.Go(func() {
-			for pollCtx.Err() == nil {
+			for errs := 0; pollCtx.Err() == nil; {
 				c, err := w.api.Claim(traced, client.ClaimRequest{PlanID: id, WaitSeconds: claimWait})
 				if err != nil {
+					// A keep-alive connection the server closed as the claim went out (EOF)
+					// is asked again, as whilly-worker would; three in a row end the run.
+					if errs++; errs < 3 && pollCtx.Err() == nil {
+						claimErrs.Add(1)
+						continue
+					}
 					if pollCtx.Err() == nil {
 						failed.set(fmt.Errorf("a waiting worker's claim: %w", err))
 					}
 					return
 				}
+				errs = 0
 				if c == nil {
 					continue
 				}
@@ -246,6 +256,7 @@ func Idle(ctx context.Context, s Setup, o IdleOptions) (IdleResult, error) {
 	if err := failed.get(); err != nil {
 		return res, err
 	}
+	res.ClaimErrors = claimErrs.Load()
 	slices.Sort(fromCommit)
 	slices.Sort(fromCall)
 	if len(fromCommit) > 0 {
