@@ -25,10 +25,9 @@ const maxBatch = 64
 func fast(in CompleteInput) bool { return in.Cost == 0 }
 
 // batchTx runs the statements of a batch (fn, which returns the plans they changed) and
-// then the PlanChanged hook once for each of those plans, in id order (two batches that
-// touch the same plans take the hooks' locks in one order), all in one transaction: what
-// the hook writes commits exactly when the batch does, and a hook's error rolls the batch
-// back. Without a hook, fn runs on the pool: its pipeline is one implicit transaction and
+// then the PlanChanged hook once for each of those plans (in id order, see changed), all
+// in one transaction: what the hook writes commits exactly when the batch does, and a
+// hook's error rolls the batch back. Without a hook, fn runs on the pool: its pipeline is one implicit transaction and
 // one round trip.
 func (s *Store) batchTx(ctx context.Context, fn func(q querier) (changed []string, err error)) error {
 	if s.cfg.Hooks.PlanChanged == nil {
@@ -40,8 +39,7 @@ func (s *Store) batchTx(ctx context.Context, fn func(q querier) (changed []strin
 		if err != nil {
 			return err
 		}
-		slices.Sort(changed)
-		return s.changed(ctx, tx, slices.Compact(changed)...)
+		return s.changed(ctx, tx, changed...)
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,12 +65,16 @@ type TaskFailure struct {
 	Final   bool            // no attempt left: the task is FAILED
 }
 
-// changed runs the PlanChanged hook for each plan.
+// changed runs the PlanChanged hook once for each plan, in id order: transactions that
+// change several plans take the hooks' locks (the mirror's row of each plan) in one
+// order, and cannot deadlock on them.
 func (s *Store) changed(ctx context.Context, tx pgx.Tx, planIDs ...string) error {
 	if s.cfg.Hooks.PlanChanged == nil {
 		return nil
 	}
-	for _, id := range planIDs {
+	ids := slices.Clone(planIDs)
+	slices.Sort(ids)
+	for _, id := range slices.Compact(ids) {
 		if err := s.cfg.Hooks.PlanChanged(ctx, tx, id); err != nil {
 			return fmt.Errorf("plan %s changed hook: %w", id, err)
 		}
