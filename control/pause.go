@@ -56,13 +56,13 @@ func (s *Server) resumeFleet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) pausePlan(w http.ResponseWriter, r *http.Request) {
-	s.changePlan(w, r, "plan paused", func(id string) (queue.PlanChange, error) {
+	s.changePlan(w, r, "paused", func(id string) (queue.PlanChange, error) {
 		return s.store.PausePlan(r.Context(), id, actor(r))
 	})
 }
 
 func (s *Server) resumePlan(w http.ResponseWriter, r *http.Request) {
-	s.changePlan(w, r, "plan resumed", func(id string) (queue.PlanChange, error) {
+	s.changePlan(w, r, "resumed", func(id string) (queue.PlanChange, error) {
 		return s.store.ResumePlan(r.Context(), id, actor(r))
 	})
 }
@@ -77,13 +77,14 @@ func (s *Server) approvePlan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.changePlan(w, r, "plan approved", func(id string) (queue.PlanChange, error) {
+	s.changePlan(w, r, "approved", func(id string) (queue.PlanChange, error) {
 		return s.store.ApprovePlan(r.Context(), id, req.Digest, actor(r))
 	})
 }
 
-// changePlan runs change on the plan of the path and answers with what it did.
-func (s *Server) changePlan(w http.ResponseWriter, r *http.Request, msg string, change func(id string) (queue.PlanChange, error)) {
+// changePlan runs change on the plan of the path and answers with what it did; what
+// names the change in the log.
+func (s *Server) changePlan(w http.ResponseWriter, r *http.Request, what string, change func(id string) (queue.PlanChange, error)) {
 	id, err := param(r, "plan")
 	if err != nil {
 		s.writeError(w, r, err)
@@ -95,7 +96,7 @@ func (s *Server) changePlan(w http.ResponseWriter, r *http.Request, msg string, 
 		return
 	}
 	if ch.Changed {
-		s.log.InfoContext(r.Context(), msg, "plan_id", id, "by", principalFrom(r.Context()).by())
+		s.log.InfoContext(r.Context(), "plan pause state changed", "plan_id", id, "change", what, "by", principalFrom(r.Context()).by())
 	}
 	writeJSON(w, http.StatusOK, client.PlanChangeResponse{Plan: planWire(ch.Plan), Changed: ch.Changed, Digest: ch.Digest})
 }

@@ -35,7 +35,8 @@ const DigestLen = 64
 func Digest(p *Plan) string {
 	d := digestPlan{Repo: p.Repo, Verify: make([]digestVerify, 0, len(p.Verify)), Tasks: make([]digestTask, 0, len(p.Tasks))}
 	for _, v := range p.Verify {
-		d.Verify = append(d.Verify, digestVerify{Name: v.Name, Command: v.Command, Required: v.Required})
+		// A conversion: a field added to Verify stops the build here, to be decided on.
+		d.Verify = append(d.Verify, digestVerify(v))
 	}
 	for _, t := range p.Tasks {
 		d.Tasks = append(d.Tasks, digestTask{
@@ -66,7 +67,7 @@ func NormalizeDigest(s string) (string, bool) {
 		return "", false
 	}
 	for _, r := range s {
-		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+		if (r < '0' || r > '9') && (r < 'a' || r > 'f') {
 			return "", false
 		}
 	}
