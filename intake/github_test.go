@@ -84,7 +84,7 @@ func TestWorkersRunThePlanToDoneAndTheCommentSaysSo(t *testing.T) {
 	})
 	e.idle()
 	body := e.statusComments()[0].Body
-	for _, want := range []string{"✅ whilly: done", "**2/2** tasks finished (100%)", "$0.10 spent", "| `T1` | ✅ done | 1/3 | $0.05 | `" + w.ID + "` |"} {
+	for _, want := range []string{"✅ whilly: done", "**2/2** tasks finished (100%)", "$0.10 spent", "| `T1` | ✅ done | [1/3](https://whilly.example.com/plans/gh%2FCodertocat%2FHello-World%2F1/tasks/T1/attempts/1) | $0.05 | `" + w.ID + "` |"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("final comment lacks %q:\n%s", want, body)
 		}
