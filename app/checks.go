@@ -148,7 +148,7 @@ func (c *ghClient) JobLogTail(ctx context.Context, repo Repo, jobID int64, max i
 	if err != nil {
 		return "", fmt.Errorf("read the log of job %d in %s: %w", jobID, repo, err)
 	}
-	defer lr.Body.Close()
+	defer func() { _ = lr.Body.Close() }()
 	if lr.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("read the log of job %d in %s: %w", jobID, repo, &StatusError{Status: lr.StatusCode})
 	}

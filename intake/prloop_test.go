@@ -37,7 +37,7 @@ const oneTask = `The notes need one more line.
 
 // donePlanWithReadyPull runs a one-task plan with real git to DONE: its commit on
 // whilly/issue-1 and the pull request ready for review.
-func donePlanWithReadyPull(t *testing.T, o envOptions) (*env, queue.PlanInfo, testkit_pull) {
+func donePlanWithReadyPull(t *testing.T, o envOptions) (*env, queue.PlanInfo, fakePull) {
 	t.Helper()
 	o.git, o.body = true, oneTask
 	e := newEnv(t, o)
@@ -52,9 +52,9 @@ func donePlanWithReadyPull(t *testing.T, o envOptions) (*env, queue.PlanInfo, te
 	return e, e.plan(), e.pulls()[0]
 }
 
-type testkit_pull = fakegithub.FakePull //nolint:revive // a short local name for the fake's pull request
+type fakePull = fakegithub.FakePull
 
-const testkit_bot = fakegithub.BotLogin //nolint:revive // the App's bot in the fake
+const botLogin = fakegithub.BotLogin
 
 // review delivers pull_request_review.submitted of review rv on pull request number.
 func (e *env) review(rv fakegithub.FakeReview, number int, state string) string {
@@ -210,7 +210,7 @@ func trizAnalyzer(t *testing.T) agent.Agent {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "claude")
-	if err := os.WriteFile(bin, []byte("#!/bin/sh\ncat >/dev/null\ncat '"+out+"'\n"), 0o755); err != nil { //nolint:gosec // a test's executable
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\ncat >/dev/null\ncat '"+out+"'\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	a, err := agent.New(agent.NameClaude, agent.Config{ClaudeBin: bin, PermissionMode: "dontAsk"})
@@ -376,7 +376,7 @@ func TestRoundsEndAtTheLimitAndOnStop(t *testing.T) {
 
 	// /whilly retry on the pull request: one more round by hand, past the limit. (On
 	// GitHub a pull request is an issue too: its comments are issue comments.)
-	e.gh.AddIssue(repoName, pr.Number, pr.Title, pr.Body, testkit_bot)
+	e.gh.AddIssue(repoName, pr.Number, pr.Title, pr.Body, botLogin)
 	cid := e.gh.AddComment(repoName, pr.Number, admin, "/whilly retry")
 	prComment := func(id int64, body string) string {
 		return e.deliver("issue_comment", e.payload("issue_comment", "created", map[string]any{
@@ -426,7 +426,7 @@ func TestPullFeedbackFromStrangersForksAndBotsDoesNothing(t *testing.T) {
 	waitFor(t, "the pull request ready", func() bool { ps := e.pulls(); return len(ps) == 1 && !ps[0].Draft })
 	e.idle()
 	pr := e.pulls()[0]
-	e.gh.AddIssue(repoName, pr.Number, pr.Title, pr.Body, testkit_bot)
+	e.gh.AddIssue(repoName, pr.Number, pr.Title, pr.Body, botLogin)
 	e.gh.SetPermission(repoName, "alice", "write")
 	rv := e.gh.AddReview(repoName, pr.Number, "alice", "CHANGES_REQUESTED", "Rename the helper.")
 	prComment := func(user, body string, edits map[string]any) string {
@@ -460,7 +460,7 @@ func TestPullFeedbackFromStrangersForksAndBotsDoesNothing(t *testing.T) {
 		t.Fatalf("plan has %d tasks and is %s, want 1 and DONE", n, e.plan().Status)
 	}
 	for _, c := range e.gh.IssueComments(repoName, pr.Number) {
-		if c.Author == testkit_bot {
+		if c.Author == botLogin {
 			t.Errorf("whilly replied on the pull request: %q", c.Body)
 		}
 	}
