@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	ghapp "github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
@@ -436,5 +438,39 @@ func TestRiverUIIsForAdminSessionsOnly(t *testing.T) {
 	// No session: sign in first.
 	if p := get(t, browser(t), s.url+"/riverui/api/jobs?state=available"); !strings.Contains(p.url, "/signin") || strings.Contains(p.body, `"data"`) {
 		t.Errorf("no session: River UI's API answered %d at %s", p.status, p.url)
+	}
+}
+
+// TestGitHubSignInTakesTheClientOfAppCreate: the OAuth client comes from the variables,
+// else from the file `whilly app create` writes; with neither there is no GitHub sign-in,
+// and half a client in the variables stops the command (exit 2).
+func TestGitHubSignInTakesTheClientOfAppCreate(t *testing.T) {
+	t.Parallel()
+	gh := testkit.NewGitHub(t)
+	id, secret := gh.OAuthClient()
+	dir := t.TempDir()
+	a, _ := githubTestApp(map[string]string{"WHILLY_DATA_DIR": dir, "WHILLY_GITHUB_API_URL": gh.URL()})
+	if gs, err := a.githubSignIn(); err != nil || gs != nil {
+		t.Fatalf("without a client: %v, %v; want none", gs, err)
+	}
+	if err := ghapp.WriteCredentials(a.credentialsPath(), ghapp.Credentials{AppID: gh.AppID, PrivateKey: string(gh.KeyPEM),
+		WebhookSecret: "s", ClientID: id, ClientSecret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	gs, err := a.githubSignIn()
+	if err != nil || gs == nil {
+		t.Fatalf("with the App file: %v, %v", gs, err)
+	}
+	if u := gs.AuthorizeURL("https://whilly.test/auth/github/callback", "st", "v"); !strings.Contains(u, "client_id="+id) || !strings.HasPrefix(u, gh.Server.URL+"/login/oauth/authorize?") {
+		t.Errorf("authorize URL %s: want the fake's page with the file's client id", u)
+	}
+	a, _ = githubTestApp(map[string]string{"WHILLY_DATA_DIR": dir, "WHILLY_GITHUB_CLIENT_ID": "Iv23other", "WHILLY_GITHUB_CLIENT_SECRET": "x"})
+	if gs, err := a.githubSignIn(); err != nil || !strings.Contains(gs.AuthorizeURL("https://w/cb", "s", "v"), "client_id=Iv23other") {
+		t.Errorf("the variables win over the file: %v", err)
+	}
+	a, _ = githubTestApp(map[string]string{"WHILLY_DATA_DIR": dir, "WHILLY_GITHUB_CLIENT_ID": "Iv23other"})
+	err = a.cfg.Check(config.Serve)
+	if err == nil || !strings.Contains(err.Error(), "WHILLY_GITHUB_CLIENT_SECRET") {
+		t.Errorf("a client id without its secret: %v, want an error naming WHILLY_GITHUB_CLIENT_SECRET", err)
 	}
 }
