@@ -214,19 +214,38 @@ func (l *load) deliver(ctx context.Context, rate float64) error {
 
 // work runs a sim worker loop per worker until ctx ends: claim any task (long-poll),
 // start it, hold it for taskTime (±50 %; 0: complete at once), complete it. The first
-// claim of each issue's plan is timed. The channel gets the first error, or nil.
-func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) <-chan error {
+// claim of each issue's plan is timed. Each worker heartbeats every 10 s, as
+// whilly-worker does. The channel gets the first error, or nil.
+func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) chan error {
 	var (
 		wg    sync.WaitGroup
 		first firstErr
 	)
+	ctx, cancel := context.WithCancel(ctx)
+	fail := func(err error) { // the first failure stops every worker
+		first.set(err)
+		cancel()
+	}
 	for i, w := range ws {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(10 * time.Second):
+				}
+				if _, err := w.api.Heartbeat(ctx, w.id, client.HeartbeatRequest{}); err != nil && ctx.Err() == nil {
+					fail(fmt.Errorf("sim worker %d: heartbeat: %w", i+1, err))
+					return
+				}
+			}
+		})
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				c, err := w.api.Claim(ctx, client.ClaimRequest{WaitSeconds: 5})
 				if err != nil || c == nil {
 					if err != nil && ctx.Err() == nil {
-						first.set(fmt.Errorf("sim worker %d: %w", i+1, err))
+						fail(fmt.Errorf("sim worker %d: %w", i+1, err))
 						return
 					}
 					continue
@@ -234,7 +253,7 @@ func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) <-
 				l.claimed(c.Plan.GitHubIssueRef, c.Plan.ID, time.Now())
 				if err := l.run(ctx, w, c, taskTime); err != nil {
 					if ctx.Err() == nil {
-						first.set(fmt.Errorf("sim worker %d: %w", i+1, err))
+						fail(fmt.Errorf("sim worker %d: %w", i+1, err))
 					}
 					return
 				}
@@ -244,6 +263,7 @@ func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) <-
 	out := make(chan error, 1)
 	go func() {
 		wg.Wait()
+		cancel()
 		out <- first.get()
 	}()
 	return out

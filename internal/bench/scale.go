@@ -87,7 +87,7 @@ func Scale(ctx context.Context, s Setup, o ScaleOptions) (ScaleResult, error) {
 	}
 	if err == nil {
 		s.progressf("scale: %d issues labelled in %.1fs; waiting for every plan and issue to be done", res.Issues, time.Since(begin).Seconds())
-		err = l.waitDone(ctx, o.Timeout, &res)
+		err = l.waitDone(ctx, o.Timeout, &res, done)
 	}
 	res.Seconds = time.Since(begin).Seconds()
 	stop()
@@ -121,8 +121,9 @@ func Scale(ctx context.Context, s Setup, o ScaleOptions) (ScaleResult, error) {
 }
 
 // waitDone waits until every issue's plan is DONE and the issue carries whilly-done, at
-// most limit, and counts what is done.
-func (l *load) waitDone(ctx context.Context, limit time.Duration, res *ScaleResult) error {
+// most limit, and counts what is done. It gives up when the sim workers stop (failed
+// gets their first error, which it hands back for the caller to read again).
+func (l *load) waitDone(ctx context.Context, limit time.Duration, res *ScaleResult, failed chan error) error {
 	refs := make([]string, len(l.issues))
 	for i, b := range l.issues {
 		refs[i] = fmt.Sprintf("%s#%d", b.repo, b.number)
@@ -153,6 +154,9 @@ func (l *load) waitDone(ctx context.Context, limit time.Duration, res *ScaleResu
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-failed:
+			failed <- err
+			return fmt.Errorf("the sim workers stopped before the plans were done: %w", err)
 		case <-time.After(time.Second):
 		}
 	}
