@@ -226,8 +226,8 @@ func TestTrizFindingReachesTheNextAttemptsPrompt(t *testing.T) {
 }
 
 // A hanging analyzer is killed with its whole process group at WHILLY_TRIZ_TIMEOUT and
-// gives triz.error; meanwhile the API answers at once: the FAIL request does not wait for
-// the analysis, and /healthz stays fast.
+// gives triz.error; meanwhile the API answers: the FAIL request does not wait for the
+// analysis, and no /healthz answer waits for it either.
 func TestHangingAnalyzerTimesOutWhileTheAPIAnswers(t *testing.T) {
 	t.Parallel()
 	pids := filepath.Join(t.TempDir(), "pids")
@@ -277,16 +277,18 @@ wait
 	if len(samples) < 10 {
 		t.Fatalf("only %d /healthz answers while the analyzer hung", len(samples))
 	}
+	// An API held up by the analyzer would answer only when it is killed, 2 s on; a
+	// loaded machine may be slow, but not by half the analyzer's timeout.
 	var slow []time.Duration
 	var worst time.Duration
 	for _, d := range samples {
 		worst = max(worst, d)
-		if d >= 100*time.Millisecond {
+		if d >= time.Second {
 			slow = append(slow, d)
 		}
 	}
 	if len(slow) > 0 {
-		t.Errorf("%d of %d /healthz answers took 100 ms or more: %v", len(slow), len(samples), slow)
+		t.Errorf("%d of %d /healthz answers took 1 s or more (held up by the analyzer): %v", len(slow), len(samples), slow)
 	}
 	t.Logf("%d /healthz answers while the analyzer hung, the slowest in %s", len(samples), worst)
 	assertProcessesGone(t, pids, 4)
