@@ -157,16 +157,23 @@ func scanClaims(rows pgx.Rows, err error, n int) ([]*Claim, error) {
 }
 
 // NextReadyAt returns when the earliest task held back by a retry backoff becomes
-// claimable (of one plan when planID is set), or nil when none is waiting.
+// claimable (of one plan when planID is set), or nil when none is waiting. A backoff
+// that ended in the last readyGrace counts too, with its time in the past: it may have
+// ended just after the claim that looked for its task, and no event announces it, so
+// the caller must look again rather than sleep its whole wait.
 func (s *Store) NextReadyAt(ctx context.Context, planID string) (*time.Time, error) {
 	var at *time.Time
 	err := s.pool.QueryRow(ctx, `SELECT min(not_before) FROM tasks
-		WHERE status = 'PENDING' AND not_before > now() AND ($1 = '' OR plan_id = $1)`, planID).Scan(&at)
+		WHERE status = 'PENDING' AND not_before > now() - make_interval(secs => $2) AND ($1 = '' OR plan_id = $1)`,
+		planID, readyGrace.Seconds()).Scan(&at)
 	if err != nil {
 		return nil, fmt.Errorf("read next retry time: %w", err)
 	}
 	return at, nil
 }
+
+// readyGrace is how long after its backoff ended a task still counts for NextReadyAt.
+const readyGrace = 5 * time.Second
 
 // lockLeased locks the task and checks that l is its current, unexpired lease, held by
 // l.WorkerID, in one of the allowed statuses. Anything else is ErrLeaseLost (or

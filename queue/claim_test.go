@@ -255,6 +255,11 @@ func testFailRetriesWithBackoffThenFails(t *testing.T, newStore storeMaker) {
 	if _, err := pool.Exec(ctx, `UPDATE tasks SET not_before = now() - interval '1 second' WHERE id = 'F'`); err != nil {
 		t.Fatal(err)
 	}
+	// A backoff that ended between a claim that found nothing and this question is still
+	// news: that claim must look again, since no event will say the task is ready.
+	if at, err := st.NextReadyAt(ctx, "retry"); err != nil || at == nil || time.Until(*at) > 0 {
+		t.Fatalf("next ready just after the backoff ended = %v, %v; want a time in the past", at, err)
+	}
 	c = mustClaim(t, st, w, "retry")
 	if c.Task.Attempts != 2 || c.Task.LastError != "exit_code" {
 		t.Fatalf("second claim = attempt %d, last error %q", c.Task.Attempts, c.Task.LastError)
