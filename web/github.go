@@ -161,20 +161,27 @@ func (h *Handler) githubCallback(w http.ResponseWriter, r *http.Request) {
 	// session cookie along the redirect; a navigation from this page is same-site. The
 	// browser test checks it with Chromium's CookieSameSiteConsidersRedirectChain on
 	// (with a redirect here, it fails).
+	continueTo(w, flow.next, "Signed in as "+user.Login+".")
+}
+
+// continueTo answers a page that moves on to next (a path of this site) by itself: the
+// navigation it starts is same-site, so the browser sends the Strict session cookie.
+func continueTo(w http.ResponseWriter, next, text string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	_ = continuePage.Execute(w, continueView{Next: flow.next, Login: user.Login}) // the browser went away
+	_ = continuePage.Execute(w, continueView{Next: safeNext(next), Text: text}) // the browser went away
 }
 
 type continueView struct {
-	Next  string
-	Login string
+	Next string
+	Text string
 }
 
 var continuePage = template.Must(template.New("continue").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
-<meta http-equiv="refresh" content="0; url={{.Next}}"><title>whilly: signed in</title></head>
-<body><p>Signed in as {{.Login}}. <a href="{{.Next}}">Continue</a>.</p></body></html>
+<meta http-equiv="refresh" content="0; url={{.Next}}"><title>whilly</title></head>
+<body><p>{{.Text}} <a href="{{.Next}}">Continue</a>.</p></body></html>
 `))
 
 // randomToken is 256 random bits, base64url.

@@ -69,7 +69,17 @@ func (h *Handler) RequireSession(next http.Handler) http.Handler {
 
 // toSignin redirects to the sign-in page, keeping the page asked for (GET only: a post
 // without a session is not replayed after sign-in).
+//
+// A page asked for by a link on another site (a status comment on github.com) comes
+// without the session cookie, whether or not the browser holds one: SameSite=Strict
+// keeps it home on cross-site navigations. That page is loaded once more from here, a
+// same-site navigation that carries the cookie; only then, still without a session, is
+// it sign-in.
 func (h *Handler) toSignin(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		continueTo(w, r.URL.RequestURI(), "Opening the page.")
+		return
+	}
 	target := "/signin"
 	if r.Method == http.MethodGet {
 		if next := r.URL.RequestURI(); next != "/" && safeNext(next) != "/" {
