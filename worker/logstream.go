@@ -46,6 +46,10 @@ type logStream struct {
 	off     int64
 	dropped int64 // bytes dropped because pending was full
 	stopped bool  // the control plane refused the log: stop sending
+	// unsure is the length of a chunk sent at off whose answer never came: the control
+	// plane may have stored it, so exactly that chunk goes again (a duplicate if it was
+	// stored), never a longer one at the same offset, which would overlap (409).
+	unsure int
 
 	wake chan struct{}
 }
@@ -72,6 +76,7 @@ func (s *logStream) Write(p []byte) (int, error) {
 		}
 		s.dropped += int64(over)
 		s.off += int64(over)
+		s.unsure = 0 // the unsure chunk's bytes are gone: what follows starts past it
 		s.pending = append(s.pending[:0], s.pending[over:]...)
 	}
 	if len(s.pending) >= logChunk {
@@ -144,6 +149,9 @@ func (s *logStream) upload(ctx context.Context) bool {
 	for n < len(s.pending) && n > 0 && !utf8.RuneStart(s.pending[n]) {
 		n-- // never cut a character in two: the text must stay valid UTF-8
 	}
+	if s.unsure > 0 && s.unsure <= len(s.pending) {
+		n = s.unsure
+	}
 	off, text := s.off, string(s.pending[:n])
 	s.mu.Unlock()
 
@@ -154,9 +162,12 @@ func (s *logStream) upload(ctx context.Context) bool {
 		if !retryable(err) {
 			s.stopped, s.pending = true, nil
 			s.log.WarnContext(ctx, "the control plane refused the attempt's log; no more of it is sent", "error", err)
+		} else if off == s.off {
+			s.unsure = n
 		}
 		return false
 	}
+	s.unsure = 0
 	// Bytes dropped meanwhile may have moved the window past what was sent.
 	if sent := off + int64(n); sent > s.off {
 		s.pending = append(s.pending[:0], s.pending[sent-s.off:]...)

@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,4 +156,52 @@ echo '{"result":"done <promise>COMPLETE</promise>","total_cost_usd":0,"is_error"
 		}
 	}
 	t.Logf("the agent printed %d bytes of log (%d uploaded after drops); %d kept from offset %d", size, len(stored), len(lg.Text), lg.Offset)
+}
+
+// TestAttemptLogSurvivesALostAnswer: the control plane stores a chunk but its answer is
+// lost (a proxy answers 503 after forwarding it). The worker, unsure, sends that same
+// chunk again — a duplicate — and goes on; it does not send a longer chunk at the same
+// offset, which the control plane refuses as an overlap (and the rest of the log with it).
+func TestAttemptLogSurvivesALostAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.importTasks(t, "lost", 1)
+	target, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/log") || r.Method != http.MethodPost || !lost.CompareAndSwap(0, 1) {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		proxy.ServeHTTP(rec, r) // stored ...
+		if rec.Code != http.StatusOK {
+			t.Errorf("the first chunk was answered %d: %s", rec.Code, rec.Body)
+		}
+		http.Error(w, `{"error":"unavailable","message":"the answer was lost"}`, http.StatusServiceUnavailable) // ... but the worker does not hear of it
+	}))
+	t.Cleanup(front.Close)
+
+	wk := e.worker(t, front.URL, agent.SimConfig{Delay: 1500 * time.Millisecond}, worker.Config{PlanID: "lost", Once: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := wk.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lost.Load() != 1 {
+		t.Fatal("no log chunk went through the proxy")
+	}
+	_, reader := e.registered(t, e.url)
+	end, err := reader.AttemptLog(ctx, "lost", "T00", client.LogQuery{Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(end.Text, "whilly sim agent: a simulation") || !strings.HasSuffix(end.Text, agent.CompletionMarker+"\n") ||
+		strings.Count(end.Text, "agent: a simulation") != 1 {
+		t.Fatalf("the log after a lost answer: %q", end.Text)
+	}
 }
