@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/internal/tui"
 	"github.com/whilly-go/whilly/queue"
 )
@@ -159,23 +157,9 @@ func dashboardPreflight(ctx context.Context, src *dashSource, planID string) err
 // remoteDashboard reads the control plane at --connect with the token of --token-file or
 // WHILLY_API_TOKEN (secrets never come from flags).
 func (a *app) remoteDashboard(o dashboardOptions) (*dashSource, error) {
-	token, err := a.cfg.Secret(config.APIToken)
+	api, err := a.connectAPI(o.connect, o.tokenFile, o.insecure, "whilly-dashboard", "dashboard --connect needs an API token in --token-file or WHILLY_API_TOKEN (mint a read token with 'whilly admin token mint --owner EMAIL')")
 	if err != nil {
-		return nil, envf("%w", err)
-	}
-	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			return nil, envf("read the token file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
-	}
-	if token == "" {
-		return nil, envf("dashboard --connect needs an API token in --token-file or WHILLY_API_TOKEN (mint a read token with 'whilly admin token mint --owner EMAIL')")
-	}
-	api, err := client.New(o.connect, token, client.Options{Insecure: o.insecure, UserAgent: "whilly-dashboard"})
-	if err != nil {
-		return nil, envf("%v", err)
+		return nil, err
 	}
 	return &dashSource{api: api, where: api.BaseURL(), close: func() {}}, nil
 }

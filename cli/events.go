@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -280,23 +278,9 @@ func quietCancel(ctx context.Context, err error) error {
 // tailRemote follows a control plane's event stream, reconnecting with the id of the
 // last event printed.
 func (a *app) tailRemote(ctx context.Context, o eventsTailOptions) error {
-	token, err := a.cfg.Secret(config.APIToken)
+	api, err := a.connectAPI(o.connect, o.tokenFile, o.insecure, "whilly-events", "events tail --connect needs an API token in --token-file or WHILLY_API_TOKEN (mint a read token with 'whilly admin token mint --owner EMAIL')")
 	if err != nil {
-		return envf("%w", err)
-	}
-	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			return envf("read the token file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
-	}
-	if token == "" {
-		return envf("events tail --connect needs an API token in --token-file or WHILLY_API_TOKEN (mint a read token with 'whilly admin token mint --owner EMAIL')")
-	}
-	api, err := client.New(o.connect, token, client.Options{Insecure: o.insecure, UserAgent: "whilly-events"})
-	if err != nil {
-		return envf("%v", err)
+		return err
 	}
 	last := o.since
 	if last < 0 {

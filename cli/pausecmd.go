@@ -36,23 +36,29 @@ func (o *adminOptions) flags(f *pflag.FlagSet) {
 }
 
 // adminAPI is the client of the control plane at o.connect with the admin token of
-// --token-file or WHILLY_API_TOKEN (secrets never come from flags).
+// --token-file or WHILLY_API_TOKEN.
 func (a *app) adminAPI(o adminOptions) (*client.Client, error) {
+	return a.connectAPI(o.connect, o.tokenFile, o.insecure, "whilly-cli", "--connect needs an admin token in --token-file or WHILLY_API_TOKEN (mint one with 'whilly admin token mint --owner EMAIL --admin')")
+}
+
+// connectAPI is the client of the control plane at connect with the token of tokenFile,
+// else WHILLY_API_TOKEN (secrets never come from flags); missing is the error without one.
+func (a *app) connectAPI(connect, tokenFile string, insecure bool, userAgent, missing string) (*client.Client, error) {
 	token, err := a.cfg.Secret(config.APIToken)
 	if err != nil {
 		return nil, envf("%w", err)
 	}
-	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
 		if err != nil {
 			return nil, envf("read the token file: %w", err)
 		}
 		token = strings.TrimSpace(string(b))
 	}
 	if token == "" {
-		return nil, envf("--connect needs an admin token in --token-file or WHILLY_API_TOKEN (mint one with 'whilly admin token mint --owner EMAIL --admin')")
+		return nil, envf("%s", missing)
 	}
-	api, err := client.New(o.connect, token, client.Options{Insecure: o.insecure, UserAgent: "whilly-cli"})
+	api, err := client.New(connect, token, client.Options{Insecure: insecure, UserAgent: userAgent})
 	if err != nil {
 		return nil, envf("%v", err)
 	}

@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -114,23 +112,9 @@ func (a *app) taskLogLocal(ctx context.Context, planID, taskID string, o taskLog
 }
 
 func (a *app) taskLogRemote(ctx context.Context, planID, taskID string, o taskLogOptions) error {
-	token, err := a.cfg.Secret(config.APIToken)
+	api, err := a.connectAPI(o.connect, o.tokenFile, o.insecure, "whilly-task-log", "task log --connect needs an API token in --token-file or WHILLY_API_TOKEN (mint a read token with 'whilly admin token mint --owner EMAIL')")
 	if err != nil {
-		return envf("%w", err)
-	}
-	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			return envf("read the token file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
-	}
-	if token == "" {
-		return envf("task log --connect needs an API token in --token-file or WHILLY_API_TOKEN (mint a read token with 'whilly admin token mint --owner EMAIL')")
-	}
-	api, err := client.New(o.connect, token, client.Options{Insecure: o.insecure, UserAgent: "whilly-task-log"})
-	if err != nil {
-		return envf("%v", err)
+		return err
 	}
 	return a.printTaskLog(ctx, o, func(ctx context.Context, attempt int, after int64, wait time.Duration) (client.AttemptLog, error) {
 		lg, err := api.AttemptLog(ctx, planID, taskID, client.LogQuery{Attempt: attempt, After: after, Wait: wait})
