@@ -60,3 +60,36 @@ exit 0
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestChattyEscapeeDoesNotHoldTheAttempt: a descendant that hides from the attempt's tag
+// (env -i) and its group (setsid), keeps the output pipe and writes to it for ever, does
+// not keep the attempt reading: the pipes are let go within a bound of the kill grace.
+func TestChattyEscapeeDoesNotHoldTheAttempt(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid on this machine")
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "escapee")
+	cfg := testConfig()
+	cfg.ClaudeBin = writeScript(t, dir, "claude", `env -i ESCAPEE="$ESCAPEE" setsid sh -c 'echo $$ > "$ESCAPEE.tmp"; mv "$ESCAPEE.tmp" "$ESCAPEE"; while :; do echo spam; done' </dev/null 2>&1 &
+while [ ! -s "$ESCAPEE" ]; do sleep 0.01; done
+printf '%s\n' `+shQuote(successLine)+`
+exit 0
+`)
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	a, _ := New(NameClaude, cfg)
+	start := time.Now()
+	if _, err := a.Run(testCtx(t), Request{Prompt: "p", WorkDir: dir, Env: []string{"ESCAPEE=" + pidFile}, Timeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if took, bound := time.Since(start), 20*cfg.KillGrace+5*time.Second; took > bound {
+		t.Errorf("the attempt took %s with an escapee writing to its pipe, more than %s", took, bound)
+	}
+}

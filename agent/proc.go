@@ -218,19 +218,20 @@ func pump(wg *sync.WaitGroup, r io.Reader, buf *tailBuffer, log *lineRedactor) {
 	}
 }
 
-// maxDrain bounds how long the output pipes are read after the attempt's processes are
-// gone.
-const maxDrain = 30 * time.Second
+// drainFor bounds how long the output pipes are read after the attempt's processes are
+// gone, while output still flows: twenty kill graces, 30 s at most. A process that hid
+// from the kill and writes for ever holds the attempt no longer.
+func drainFor(grace time.Duration) time.Duration { return min(20*grace, 30*time.Second) }
 
 // drainPipes waits for the readers to reach the end of the pipes. Someone who left the
 // group (setsid) may still hold a pipe open: once no byte has arrived for the grace, it
-// stops reading, and after maxDrain whatever flows. Output still flowing (a slow log
+// stops reading, and after drainFor(grace) whatever flows. Output still flowing (a slow log
 // writer behind the reader) is read to the end, so the result line at the tail is not
 // cut off.
 func drainPipes(done <-chan struct{}, grace time.Duration, read func() int64, pipes ...*os.File) {
 	t := time.NewTicker(grace)
 	defer t.Stop()
-	deadline := time.Now().Add(maxDrain)
+	deadline := time.Now().Add(drainFor(grace))
 	last := read()
 	for {
 		select {
