@@ -2,8 +2,10 @@ package web_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -45,5 +47,34 @@ func TestBrowserLinkFromAnotherSiteFindsTheSession(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#go`)), chromedp.WaitVisible(chromedp.CSS(`#token`)))
 	if loc := location(t, fresh); !strings.HasPrefix(loc, base+"/signin?next=%2Fplans%2Fshop") {
 		t.Fatalf("without a session the link ends at %s, want the sign-in page keeping it", loc)
+	}
+}
+
+// The page that reloads a cross-site link from the dashboard goes nowhere but to a path
+// of this site: a link crafted to look like another host, or to smuggle a second URL
+// into the refresh, stays on the dashboard.
+func TestCrossSiteReloadStaysOnThisSite(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	refresh := regexp.MustCompile(`content="0; url=([^"]*)"`)
+	for _, path := range []string{"/plans/shop", "//evil.example/plans", "/plans/x;url=https://evil.example", `/plans/"><script>alert(1)</script>`} {
+		req, err := http.NewRequest(http.MethodGet, e.url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		m := refresh.FindSubmatch(body)
+		if res.StatusCode != http.StatusOK || m == nil || strings.Contains(string(body), "<script>") {
+			t.Fatalf("cross-site %s: %d %s; want a page that reloads it", path, res.StatusCode, body)
+		}
+		if u := string(m[1]); !strings.HasPrefix(u, "/") || strings.HasPrefix(u, "//") || strings.HasPrefix(u, "/\\") {
+			t.Errorf("cross-site %s reloads %q, not a path of this site", path, u)
+		}
 	}
 }
