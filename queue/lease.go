@@ -1,10 +1,13 @@
 package queue
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/whilly-go/whilly/plan"
 )
 
@@ -127,3 +130,64 @@ const (
 	EventCancel   = "CANCEL"
 	EventReset    = "RESET"
 )
+
+// ReapExpiredLeases returns tasks whose lease expired to PENDING (the attempt counts;
+// after max_attempts they are FAILED), with a RELEASE event (reason lease_expired), and
+// settles their plans. It works plan by plan, locking the plan row before its tasks like
+// every other writer, and takes tasks with SKIP LOCKED, so several replicas may run it at
+// once.
+func (s *Store) ReapExpiredLeases(ctx context.Context) (int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT plan_id FROM tasks
+		WHERE status IN ('CLAIMED', 'IN_PROGRESS') AND lease_expires_at < now()`)
+	if err != nil {
+		return 0, fmt.Errorf("find expired leases: %w", err)
+	}
+	plans, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("find expired leases: %w", err)
+	}
+	total := 0
+	for _, planID := range plans {
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			st, err := lockPlan(ctx, tx, planID)
+			if err != nil {
+				return err
+			}
+			var n int
+			err = tx.QueryRow(ctx, `
+				WITH x AS (
+					SELECT id, claimed_by, attempts, max_attempts FROM tasks
+					WHERE plan_id = $1 AND status IN ('CLAIMED', 'IN_PROGRESS') AND lease_expires_at < now()
+					FOR UPDATE SKIP LOCKED
+				), r AS (
+					UPDATE tasks t SET
+						status = CASE WHEN x.attempts >= x.max_attempts THEN 'FAILED' ELSE 'PENDING' END,
+						last_error = 'lease expired', lease_id = NULL, lease_expires_at = NULL, claimed_by = NULL,
+						version = t.version + 1, updated_at = now()
+					FROM x WHERE t.plan_id = $1 AND t.id = x.id
+					RETURNING t.id, t.ord, t.status, x.claimed_by, t.attempts
+				), ev AS (
+					INSERT INTO events (plan_id, task_id, type, payload)
+					SELECT $1, id, 'RELEASE', jsonb_build_object('reason', 'lease_expired', 'worker_id', claimed_by,
+						'attempt', attempts, 'to', status) FROM r ORDER BY ord
+					RETURNING 1
+				)
+				SELECT count(*) FROM ev`, planID).Scan(&n)
+			if err != nil {
+				return fmt.Errorf("reap expired leases of plan %s: %w", planID, err)
+			}
+			total += n
+			if n == 0 {
+				return nil
+			}
+			if err := settlePlan(ctx, tx, planID, st); err != nil {
+				return err
+			}
+			return s.changed(ctx, tx, planID)
+		})
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}

@@ -298,3 +298,86 @@ func isJSONObject(raw []byte) bool {
 	}
 	return false
 }
+
+// RetryResult says what RetryTasks changed.
+type RetryResult struct {
+	Retried     int             `json:"tasks_retried"`
+	PlanStatus  plan.PlanStatus `json:"plan_status"`
+	Reactivated bool            `json:"reactivated"`
+}
+
+// RetryTasks returns FAILED and CANCELLED tasks of a plan to PENDING with fresh attempts
+// (RESET events, reason given) — the named ones, or all of them when taskIDs is empty —
+// and reactivates a FAILED or CANCELLED plan. A named task that is not FAILED or
+// CANCELLED is ErrConflict; an unknown one ErrNotFound. Reactivating a plan whose issue
+// has another live plan is ErrConflict. The last error is kept for the next prompt. by
+// names who asked (the events' "by"; empty: not recorded). The comment command, the
+// dashboard's retry button and the CLI all come here.
+func (s *Store) RetryTasks(ctx context.Context, planID string, taskIDs []string, reason, by string) (RetryResult, error) {
+	var res RetryResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		st, err := lockPlan(ctx, tx, planID)
+		if err != nil {
+			return err
+		}
+		res.PlanStatus = st
+		for _, id := range taskIDs {
+			var status plan.Status
+			err := tx.QueryRow(ctx, `SELECT status FROM tasks WHERE plan_id = $1 AND id = $2`, planID, id).Scan(&status)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("task %s of plan %s: %w", id, planID, ErrNotFound)
+			}
+			if err != nil {
+				return fmt.Errorf("read task %s of plan %s: %w", id, planID, err)
+			}
+			if status != plan.StatusFailed && status != plan.StatusCancelled {
+				return fmt.Errorf("task %s of plan %s is %s; only FAILED or CANCELLED tasks can be retried: %w", id, planID, status, ErrConflict)
+			}
+		}
+		var ids []string
+		if len(taskIDs) > 0 {
+			ids = taskIDs
+		}
+		err = tx.QueryRow(ctx, `
+			WITH r AS (
+				UPDATE tasks t SET status = 'PENDING', attempts = 0, not_before = NULL, lease_id = NULL,
+				       lease_expires_at = NULL, claimed_by = NULL, version = t.version + 1, updated_at = now()
+				FROM (SELECT id AS tid, status AS old FROM tasks WHERE plan_id = $1
+				      AND status IN ('FAILED', 'CANCELLED') AND ($2::text[] IS NULL OR id = ANY($2)) ORDER BY id FOR UPDATE) o
+				WHERE t.plan_id = $1 AND t.id = o.tid AND t.status = o.old
+				RETURNING t.id, t.ord, o.old
+			), ev AS (
+				INSERT INTO events (plan_id, task_id, type, payload)
+				SELECT $1, id, 'RESET', jsonb_build_object('from', old, 'to', 'PENDING', 'reason', $3::text) || `+bySQL("$4")+`
+				FROM r ORDER BY ord
+				RETURNING 1
+			)
+			SELECT count(*) FROM ev`, planID, ids, reason, by).Scan(&res.Retried)
+		if err != nil {
+			return fmt.Errorf("retry tasks of plan %s: %w", planID, err)
+		}
+		if res.Retried == 0 {
+			return nil
+		}
+		if st == plan.PlanFailed || st == plan.PlanCancelled {
+			_, err := tx.Exec(ctx, `UPDATE plans SET status = 'ACTIVE', pause_reason = NULL, updated_at = now() WHERE id = $1`, planID)
+			if isUniqueViolation(err) {
+				return fmt.Errorf("reactivate plan %s: its issue has another live plan: %w", planID, ErrConflict)
+			}
+			if err != nil {
+				return fmt.Errorf("reactivate plan %s: %w", planID, err)
+			}
+			res.Reactivated = true
+			res.PlanStatus = plan.PlanActive
+		}
+		payload := withBy(map[string]any{"tasks_reset": res.Retried, "from": st, "reason": reason}, by)
+		if err := insertEvent(ctx, tx, planID, "", EventPlanReset, payload, nil); err != nil {
+			return err
+		}
+		return s.changed(ctx, tx, planID)
+	})
+	if err != nil {
+		return RetryResult{}, err
+	}
+	return res, nil
+}

@@ -1,0 +1,31 @@
+package queue
+
+// Where the SQL lives: a file per table, or per group of tables always written together.
+// The package comment is in store.go.
+//
+//	store.go                  the Store, its hooks and transactions; events (insert, read)
+//	plans.go                  plans: read, list, charge, budget, reset, cancel; task reads
+//	plan_import.go            plans and tasks as a plan file imports them (Import, Apply)
+//	tasks.go                  tasks an operator adds, edits, removes, resets or retries
+//	claim.go, fast.go,        tasks and leases: claim, start, complete, fail, release,
+//	batch.go, report.go,      heartbeat, the lease reaper, batched hot paths and replays
+//	lease.go
+//	attemptlog.go             attempt_logs, attempt_log_chunks
+//	workers.go                workers (and the token helpers api_tokens.go shares)
+//	api_tokens.go             api_tokens
+//	web_sessions.go           web_sessions
+//	pause.go                  fleet, and pausing, resuming and approving plans
+//	push_tokens.go            push_tokens
+//	installations.go          installations
+//	github.go                 MarkGitHubChange: the GitHub side's PlanChanged hook
+//	github_deliveries.go      webhook_deliveries, github_commands
+//	github_delivery_cursor.go github_delivery_cursor (pull mode)
+//	github_intakes.go         github_intakes
+//	github_mirror.go          github_mirror
+//	github_labels.go          github_labels
+//	github_pulls.go           github_pulls
+//	github_rounds.go          github_rounds
+//	github_dispatches.go      github_dispatches
+//	listen.go                 LISTEN/NOTIFY of events; dashboard.go, outlook.go, metrics.go
+//	                          and pacing.go are reads across tables for one consumer
+//	jobs.go, schedule.go      River job kinds, queues and periodic jobs
