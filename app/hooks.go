@@ -17,31 +17,29 @@ type HooksConfig struct {
 }
 
 // Hooks returns the GitHub side's store hooks. On every change of a plan, in its
-// transaction, the push tokens of leases it ended are queued for revocation, and a
-// GitHub plan's mirror is marked dirty and its job inserted (a no-op when one waits
-// already); a plan costs one statement besides the job inserts. They need only the job inserter, not the store: the store is built with
-// them, before anything that uses it (issue 15: one store, hooks fixed at construction).
+// transaction, the store has marked a GitHub plan's mirror dirty (queue.ChangedPlan);
+// the hook inserts what that calls for: the mirror's job when none waits (most changes
+// of a busy plan need none), the revocation of the push tokens of leases the change
+// ended, and a new plan's start dispatch. They need only the job inserter, not the
+// store: the store is built with them, before anything that uses it (one store, hooks
+// fixed at construction).
 func Hooks(jobs Jobs, cfg HooksConfig) queue.Hooks {
-	return queue.Hooks{PlanChanged: func(ctx context.Context, tx pgx.Tx, planID string) error {
-		c, err := queue.MarkGitHubChange(ctx, tx, planID)
-		if err != nil {
-			return err
-		}
+	return queue.Hooks{PlanChanged: func(ctx context.Context, tx pgx.Tx, c queue.ChangedPlan) error {
 		if c.EndedTokens {
-			if _, err := jobs.InsertTx(ctx, tx, RevokePushTokensArgs{PlanID: planID}, nil); err != nil {
-				return fmt.Errorf("enqueue push token revocation of plan %s: %w", planID, err)
+			if _, err := jobs.InsertTx(ctx, tx, RevokePushTokensArgs{PlanID: c.PlanID}, nil); err != nil {
+				return fmt.Errorf("enqueue push token revocation of plan %s: %w", c.PlanID, err)
 			}
 		}
-		if !c.Dirty {
-			return nil
-		}
 		if c.Fresh && cfg.Dispatch {
-			if err := startDispatch(ctx, tx, jobs, planID); err != nil {
+			if err := startDispatch(ctx, tx, jobs, c.PlanID); err != nil {
 				return err
 			}
 		}
-		if _, err := jobs.InsertTx(ctx, tx, MirrorArgs{PlanID: planID}, nil); err != nil {
-			return fmt.Errorf("enqueue mirror of plan %s: %w", planID, err)
+		if !c.MirrorDue {
+			return nil
+		}
+		if _, err := jobs.InsertTx(ctx, tx, MirrorArgs{PlanID: c.PlanID}, nil); err != nil {
+			return fmt.Errorf("enqueue mirror of plan %s: %w", c.PlanID, err)
 		}
 		return nil
 	}}

@@ -94,23 +94,9 @@ var (
 // Claim leases the next claimable task to the worker, writing CLAIM in the same
 // transaction. It returns nil, nil when nothing is claimable. Concurrent claims of one
 // plan by workers with the same labels are answered together, in one statement and one
-// transaction that runs the hooks once per plan (see group and batchTx).
+// transaction that runs the hooks once per plan (see group and hotTx).
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
 	return s.claims.do(ctx, keyOf(req), req)
-}
-
-// claimTasks claims a task for the worker of each request (nil where none was left), in
-// one statement. The requests share labels and scopes.
-func claimTasks(ctx context.Context, q querier, ttl time.Duration, planID string, labels []string, scopes Scopes, reqs []ClaimRequest) ([]*Claim, error) {
-	b := hotBatch()
-	b.Queue(claimSQL(planID), claimArgs(ttl, planID, labels, scopes, reqs)...)
-	br := q.SendBatch(ctx, b)
-	rows, err := hotQuery(br)
-	cs, err := scanClaims(rows, err, len(reqs))
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("claim tasks: %w", cerr)
-	}
-	return cs, err
 }
 
 func claimSQL(planID string) string {

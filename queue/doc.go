@@ -9,7 +9,7 @@ package queue
 //	tasks.go                  tasks an operator adds, edits, removes, resets or retries
 //	claim.go, fast.go,        tasks and leases: claim, start, complete, fail, release,
 //	batch.go, report.go,      heartbeat, the lease reaper, batched hot paths and replays
-//	lease.go
+//	lease.go, opentx.go
 //	attemptlog.go             attempt_logs, attempt_log_chunks
 //	workers.go                workers (and the token helpers api_tokens.go shares)
 //	api_tokens.go             api_tokens
@@ -17,7 +17,8 @@ package queue
 //	pause.go                  fleet, and pausing, resuming and approving plans
 //	push_tokens.go            push_tokens
 //	installations.go          installations
-//	github.go                 MarkGitHubChange: the GitHub side's PlanChanged hook
+//	changedplan.go            github_mirror's version and job_at, marked in every
+//	                          transaction that changes a plan (the PlanChanged hook)
 //	github_deliveries.go      webhook_deliveries, github_commands
 //	github_delivery_cursor.go github_delivery_cursor (pull mode)
 //	github_intakes.go         github_intakes

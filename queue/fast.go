@@ -14,7 +14,7 @@ import (
 // The hot paths — claims, and completions that charge nothing — run in batches (see
 // group): concurrent calls of one key share a statement, its transaction, its commit and
 // its NOTIFY, and the store's PlanChanged hook runs once per batch for each plan the batch
-// changed, in that transaction (batchTx). A completion whose plan it might settle gives
+// changed, in that transaction (hotTx). A completion whose plan it might settle gives
 // up there (errCareful) and takes the careful path, under the plan's row lock.
 
 // maxBatch caps the calls answered by one statement.
@@ -24,34 +24,56 @@ const maxBatch = 64
 // it cannot cross the plan's budget.
 func fast(in CompleteInput) bool { return in.Cost == 0 }
 
-// batchTx runs the statements of a batch (fn, which returns the plans they changed) and
-// then the PlanChanged hook once for each of those plans (in id order, see changed), all
-// in one transaction: what the hook writes commits exactly when the batch does, and a
-// hook's error rolls the batch back. Without a hook, fn runs on the pool: its pipeline is one implicit transaction and
-// one round trip.
-func (s *Store) batchTx(ctx context.Context, fn func(q querier) (changed []string, err error)) error {
+// hotTx sends the statements of a batch (b) in one round trip; read reads their results
+// in order, without closing them. Without a PlanChanged hook the pipeline is one implicit
+// transaction. With one, BEGIN goes first and markChangedSQL (for what the batch may
+// have changed, t) last in the same round trip; the hook then runs once for each plan
+// the batch changed, and COMMIT follows: two round trips, and more only when a hook has
+// a job to insert. An error of read or of a hook rolls everything back.
+func (s *Store) hotTx(ctx context.Context, b *pgx.Batch, t touched, read func(pgx.BatchResults) error) error {
 	if s.cfg.Hooks.PlanChanged == nil {
-		_, err := fn(s.pool)
+		br := s.pool.SendBatch(ctx, b)
+		err := read(br)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
 		return err
 	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		changed, err := fn(tx)
-		if err != nil {
-			return err
-		}
-		return s.changed(ctx, tx, changed...)
-	})
-}
-
-// claimedPlans returns the plans of the tasks claimed.
-func claimedPlans(cs []*Claim) []string {
-	var ids []string
-	for _, c := range cs {
-		if c != nil {
-			ids = append(ids, c.Task.PlanID)
-		}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire a connection: %w", err)
 	}
-	return ids
+	defer conn.Release() // the pool closes a connection left in a transaction
+	full := &pgx.Batch{}
+	full.Queue("BEGIN")
+	full.QueuedQueries = append(full.QueuedQueries, b.QueuedQueries...)
+	full.Queue(markChangedSQL, t.args()...)
+	br := conn.SendBatch(ctx, full)
+	_, err = br.Exec()
+	if err == nil {
+		err = read(br)
+	}
+	var cs []ChangedPlan
+	if err == nil {
+		cs, err = scanChanges(br.Query())
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	tx := openTx{conn: conn.Conn()}
+	if err == nil {
+		err = s.planChanged(ctx, tx, cs)
+	}
+	if err != nil {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_ = tx.Rollback(ctx)
+		}
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
 // genericPlans makes the statements after it, in its transaction, use the generic plan
@@ -89,15 +111,26 @@ func keyOf(req ClaimRequest) claimKey {
 // claimBatch answers a batch of claims of one key (the claims group's run).
 func (s *Store) claimBatch(ctx context.Context, key claimKey, reqs []ClaimRequest) ([]*Claim, []error) {
 	var cs []*Claim
-	err := s.batchTx(ctx, func(q querier) ([]string, error) {
-		var err error
-		cs, err = claimTasks(ctx, q, s.cfg.LeaseTTL, key.plan, reqs[0].Labels, reqs[0].Scopes, reqs)
-		return claimedPlans(cs), err
+	b := hotBatch()
+	b.Queue(claimSQL(key.plan), claimArgs(s.cfg.LeaseTTL, key.plan, reqs[0].Labels, reqs[0].Scopes, reqs)...)
+	err := s.hotTx(ctx, b, touched{workers: claimWorkers(reqs)}, func(br pgx.BatchResults) error {
+		rows, err := hotQuery(br)
+		cs, err = scanClaims(rows, err, len(reqs))
+		return err
 	})
 	if err != nil {
 		return make([]*Claim, len(reqs)), fill(len(reqs), err)
 	}
 	return cs, make([]error, len(reqs))
+}
+
+// claimWorkers returns the workers of claims.
+func claimWorkers(reqs []ClaimRequest) []string {
+	ws := make([]string, len(reqs))
+	for i, r := range reqs {
+		ws[i] = r.WorkerID
+	}
+	return ws
 }
 
 // errCareful: the batched path gave up and wrote nothing; take the careful one.
@@ -214,20 +247,14 @@ func gaveUp(err error, n int) (completed, error) {
 // group's run).
 func (s *Store) completeBatch(ctx context.Context, planID string, cs []completion) ([]TaskInfo, []error) {
 	var done completed
-	err := s.batchTx(ctx, func(q querier) ([]string, error) {
-		b := hotBatch()
-		b.Queue(completeUnsettledSQL, completeArgs(planID, cs)...)
-		br := q.SendBatch(ctx, b)
+	b := hotBatch()
+	b.Queue(completeUnsettledSQL, completeArgs(planID, cs)...)
+	err := s.hotTx(ctx, b, touched{plan: planID, tasks: completionTasks(cs)}, func(br pgx.BatchResults) error {
 		rows, err := hotQuery(br)
-		done, err = scanCompleted(rows, err, len(cs))
-		// A statement that gave up fails its transaction, and Close says so again.
-		if cerr := br.Close(); err == nil && !done.gaveUp {
-			err = cerr
+		if done, err = scanCompleted(rows, err, len(cs)); err == nil && done.gaveUp {
+			err = errGaveUp // its transaction failed: the rest did not run
 		}
-		if err == nil && done.gaveUp {
-			err = errGaveUp
-		}
-		return done.changed(planID), err
+		return err
 	})
 	switch {
 	case errors.Is(err, errGaveUp):
@@ -238,12 +265,13 @@ func (s *Store) completeBatch(ctx context.Context, planID string, cs []completio
 	return done.tasks, done.errs
 }
 
-// changed returns the plan when some completion went through, else nothing.
-func (c completed) changed(planID string) []string {
-	if slices.Contains(c.errs, nil) {
-		return []string{planID}
+// completionTasks returns the tasks of completions.
+func completionTasks(cs []completion) []string {
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.lease.TaskID
 	}
-	return nil
+	return ids
 }
 
 // handoff is a completion that also claims the worker's next task.
@@ -299,48 +327,40 @@ func (s *Store) CompleteAndClaim(ctx context.Context, l Lease, in CompleteInput,
 }
 
 // handoffBatch completes a batch of tasks of one plan and claims as many next tasks for
-// their workers, in two statements sent together: one round trip, one implicit
-// transaction (the handoffs group's run). The claim sees the completions: a task that
-// they make claimable may be handed over at once, and a worker whose completion was left
-// alone gets nothing (handoffWorkers) and takes the careful path. When the completions
-// give up, so do the claims.
+// their workers, in two statements sent together: one round trip, one transaction (the
+// handoffs group's run). The claim sees the completions: a task that they make claimable
+// may be handed over at once, and a worker whose completion was left alone gets nothing
+// (handoffWorkers) and takes the careful path. When the completions give up, so do the
+// claims.
 func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff) ([]handedOff, []error) {
 	cs, reqs := make([]completion, len(hs)), make([]ClaimRequest, len(hs))
-	tasks := make([]string, len(hs))
 	for i, h := range hs {
-		cs[i], reqs[i], tasks[i] = h.completion, h.next, h.lease.TaskID
+		cs[i], reqs[i] = h.completion, h.next
 	}
 	claim := handoffClaimAnySQL
 	if key.claim.plan != "" {
 		claim = handoffClaimPlanSQL
 	}
+	tasks := completionTasks(cs)
 	out := make([]handedOff, len(hs))
 	var done completed
-	err := s.batchTx(ctx, func(q querier) ([]string, error) {
-		b := hotBatch()
-		b.Queue(completeUnsettledSQL, completeArgs(key.plan, cs)...)
-		b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs[0].Scopes, reqs), key.plan, tasks)...)
-		br := q.SendBatch(ctx, b)
-		rows, qerr := hotQuery(br)
-		var err error
-		done, err = scanCompleted(rows, qerr, len(hs))
-		var claims []*Claim
-		if err == nil && !done.gaveUp {
-			rows, qerr := br.Query()
-			if claims, err = scanClaims(rows, qerr, len(hs)); err == nil {
-				for i, c := range claims {
-					out[i].next = c
-				}
-			}
+	b := hotBatch()
+	b.Queue(completeUnsettledSQL, completeArgs(key.plan, cs)...)
+	b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs[0].Scopes, reqs), key.plan, tasks)...)
+	err := s.hotTx(ctx, b, touched{plan: key.plan, tasks: tasks, workers: claimWorkers(reqs)}, func(br pgx.BatchResults) error {
+		rows, err := hotQuery(br)
+		if done, err = scanCompleted(rows, err, len(hs)); err != nil {
+			return err
 		}
-		// When the completions gave up, the claims did not run, and Close says so again.
-		if cerr := br.Close(); err == nil && !done.gaveUp {
-			err = cerr
+		if done.gaveUp {
+			return errGaveUp // its transaction failed: the claims did not run
 		}
-		if err == nil && done.gaveUp {
-			err = errGaveUp
+		rows, err = br.Query()
+		claims, err := scanClaims(rows, err, len(hs))
+		for i, c := range claims {
+			out[i].next = c
 		}
-		return append(done.changed(key.plan), claimedPlans(claims)...), err
+		return err
 	})
 	switch {
 	case errors.Is(err, errGaveUp):

@@ -73,12 +73,13 @@ type MirrorSync struct {
 // transaction, calls done with whether the plan changed again meanwhile (dirty). The
 // caller completes its job in done when not dirty, so that no change is ever left
 // unmirrored: a change either commits before this (and the run sees dirty) or after
-// (and enqueues a new job, the finished one no longer blocking it).
+// (and enqueues a new job, the finished one no longer blocking it: a run that finds
+// nothing left clears job_at, so the next change's job is due).
 func (s *Store) FinishMirror(ctx context.Context, planID string, m MirrorSync, done func(ctx context.Context, tx pgx.Tx, dirty bool) error) (bool, error) {
 	var dirty bool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `UPDATE github_mirror SET synced_version = greatest(synced_version, $2),
-				label = NULLIF($3, ''), body_sha256 = $4, synced_at = now()
+				label = NULLIF($3, ''), body_sha256 = $4, synced_at = now(), job_at = CASE WHEN version > $2 THEN job_at END
 			WHERE plan_id = $1 RETURNING version > $2`, planID, m.Version, m.Label, m.BodySHA256).Scan(&dirty)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("mirror of plan %s: %w", planID, ErrNotFound)

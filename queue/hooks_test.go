@@ -66,15 +66,15 @@ func hookedStore(t testing.TB) (*queue.Store, *pgxpool.Pool) {
 		calls = map[string]int{} // "xid plan" → PlanChanged calls
 	)
 	serve := h.PlanChanged
-	h.PlanChanged = func(ctx context.Context, tx pgx.Tx, planID string) error {
+	h.PlanChanged = func(ctx context.Context, tx pgx.Tx, c queue.ChangedPlan) error {
 		var xid int64
 		if err := tx.QueryRow(ctx, `SELECT txid_current() % 4294967296`).Scan(&xid); err != nil {
 			return err
 		}
 		mu.Lock()
-		calls[fmt.Sprint(xid, " ", planID)]++
+		calls[fmt.Sprint(xid, " ", c.PlanID)]++
 		mu.Unlock()
-		return serve(ctx, tx, planID)
+		return serve(ctx, tx, c)
 	}
 	t.Cleanup(func() {
 		rows, err := pool.Query(context.Background(), `SELECT DISTINCT xmin::text || ' ' || plan_id FROM events
@@ -123,9 +123,9 @@ func TestAHookErrorRollsTheBatchBack(t *testing.T) {
 	ctx := context.Background()
 	pool := testkit.DB(t)
 	var refuse atomic.Bool
-	st := queue.NewStore(pool, nil, queue.Config{Hooks: queue.Hooks{PlanChanged: func(_ context.Context, _ pgx.Tx, planID string) error {
+	st := queue.NewStore(pool, nil, queue.Config{Hooks: queue.Hooks{PlanChanged: func(_ context.Context, _ pgx.Tx, c queue.ChangedPlan) error {
 		if refuse.Load() {
-			return fmt.Errorf("refused %s", planID)
+			return fmt.Errorf("refused %s", c.PlanID)
 		}
 		return nil
 	}}})

@@ -126,10 +126,10 @@ func TestFleetPauseMarksLivePlansOfIssuesChanged(t *testing.T) {
 		mu      sync.Mutex
 		changed []string
 	)
-	st := queue.NewStore(base.Pool(), nil, queue.Config{Hooks: queue.Hooks{PlanChanged: func(_ context.Context, _ pgx.Tx, id string) error {
+	st := queue.NewStore(base.Pool(), nil, queue.Config{Hooks: queue.Hooks{PlanChanged: func(_ context.Context, _ pgx.Tx, c queue.ChangedPlan) error {
 		mu.Lock()
 		defer mu.Unlock()
-		changed = append(changed, id)
+		changed = append(changed, c.PlanID)
 		return nil
 	}}})
 	if _, err := st.PauseFleet(ctx, queue.Actor{By: "ops"}); err != nil {
@@ -140,7 +140,7 @@ func TestFleetPauseMarksLivePlansOfIssuesChanged(t *testing.T) {
 		t.Fatalf("plans marked changed = %v; want %v", changed, want)
 	}
 	// A hook that fails rolls the pause back: the comments and the pause go together.
-	failing := queue.NewStore(base.Pool(), nil, queue.Config{Hooks: queue.Hooks{PlanChanged: func(context.Context, pgx.Tx, string) error { return errors.New("boom") }}})
+	failing := queue.NewStore(base.Pool(), nil, queue.Config{Hooks: queue.Hooks{PlanChanged: func(context.Context, pgx.Tx, queue.ChangedPlan) error { return errors.New("boom") }}})
 	if _, err := failing.ResumeFleet(ctx, queue.Actor{By: "ops"}); err == nil {
 		t.Fatal("resume with a failing hook succeeded")
 	}

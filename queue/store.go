@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,8 +46,10 @@ type Config struct {
 // error rolls the change back.
 type Hooks struct {
 	// PlanChanged runs once per touched plan in every transaction that changes a plan or
-	// one of its tasks (the GitHub mirror).
-	PlanChanged func(ctx context.Context, tx pgx.Tx, planID string) error
+	// one of its tasks (the GitHub mirror), told what the change means for GitHub
+	// (ChangedPlan, which the store works out in the same statement for every plan of the
+	// transaction). With no PlanChanged hook the store marks nothing.
+	PlanChanged func(ctx context.Context, tx pgx.Tx, c ChangedPlan) error
 	// TaskFailed runs in the transaction of every failed attempt, retried or final (the
 	// TRIZ analyzer).
 	TaskFailed func(ctx context.Context, tx pgx.Tx, f TaskFailure) error
@@ -63,23 +64,6 @@ type TaskFailure struct {
 	Reason  string
 	Detail  json.RawMessage // what the worker reported (exit code, output excerpt …); may be nil
 	Final   bool            // no attempt left: the task is FAILED
-}
-
-// changed runs the PlanChanged hook once for each plan, in id order: transactions that
-// change several plans take the hooks' locks (the mirror's row of each plan) in one
-// order, and cannot deadlock on them.
-func (s *Store) changed(ctx context.Context, tx pgx.Tx, planIDs ...string) error {
-	if s.cfg.Hooks.PlanChanged == nil {
-		return nil
-	}
-	ids := slices.Clone(planIDs)
-	slices.Sort(ids)
-	for _, id := range slices.Compact(ids) {
-		if err := s.cfg.Hooks.PlanChanged(ctx, tx, id); err != nil {
-			return fmt.Errorf("plan %s changed hook: %w", id, err)
-		}
-	}
-	return nil
 }
 
 func (c Config) withDefaults() Config {
@@ -120,11 +104,6 @@ func NewStore(pool *pgxpool.Pool, log *slog.Logger, cfg Config) *Store {
 	s.completions = &group[string, completion, TaskInfo]{max: maxBatch, run: s.completeBatch}
 	s.handoffs = &group[handoffKey, handoff, handedOff]{max: maxBatch, run: s.handoffBatch}
 	return s
-}
-
-// querier is a pool or a transaction.
-type querier interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Pool returns the connection pool the store uses.

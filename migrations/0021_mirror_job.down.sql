@@ -1,0 +1,1 @@
+ALTER TABLE github_mirror DROP COLUMN IF EXISTS job_at;

@@ -1,0 +1,104 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ChangedPlan is what a change of a plan means for the GitHub side, as the PlanChanged
+// hook is told it. The store works it out in the change's transaction, in one statement
+// (markChangedSQL), so that a hook has nothing to ask and, on most changes, nothing to do.
+type ChangedPlan struct {
+	PlanID      string
+	Dirty       bool // the plan is tied to an issue: its mirror's version was bumped
+	Fresh       bool // … and its mirror row was created by this change (the plan's first)
+	MirrorDue   bool // … and no mirror job is known to wait for it: the hook inserts one
+	EndedTokens bool // a lease of the plan that holds a push token has ended
+}
+
+// mirrorJobLost is how long a mirror job is trusted to wait or run before a change
+// enqueues another (its unique insert is a no-op while the first still lives): a job
+// discarded or deleted meanwhile is replaced by the next change after that.
+const mirrorJobLost = "10 minutes"
+
+// markChangedSQL marks the plans a transaction changed, once each, in id order (the
+// mirror rows are locked in one order: no deadlock between transactions that change
+// several plans). The plans are $1, and those of the tasks this transaction changed
+// among the tasks $3 of plan $2 and the tasks held by the workers $4: a task this
+// transaction changed has this transaction's now() as its updated_at (another
+// transaction begun in the same microsecond at worst marks a plan twice, which costs a
+// mirror run that writes nothing). For a plan tied to an issue it bumps the mirror's
+// version (creating the row on the plan's first change) and says whether a mirror job
+// is due; for every plan it looks for push tokens of ended leases.
+const markChangedSQL = `WITH p AS (
+	SELECT DISTINCT id FROM (
+		SELECT unnest($1::text[]) AS id
+		UNION ALL
+		SELECT plan_id FROM tasks WHERE plan_id = $2 AND id = ANY ($3::text[]) AND updated_at = now()
+		UNION ALL
+		SELECT plan_id FROM tasks WHERE claimed_by = ANY ($4::text[]) AND status IN ('CLAIMED', 'IN_PROGRESS') AND updated_at = now()
+	) c
+), m AS (
+	INSERT INTO github_mirror AS gm (plan_id, job_at)
+	SELECT pl.id, now() FROM plans pl WHERE pl.id IN (SELECT id FROM p) AND pl.github_issue_ref IS NOT NULL ORDER BY pl.id
+	ON CONFLICT (plan_id) DO UPDATE SET version = gm.version + 1,
+		job_at = CASE WHEN gm.job_at IS NULL OR gm.job_at < now() - interval '` + mirrorJobLost + `' THEN now() ELSE gm.job_at END
+	RETURNING gm.plan_id, gm.xmax = 0 AS fresh, gm.job_at = now() AS due
+)
+SELECT p.id, m.plan_id IS NOT NULL, coalesce(m.fresh, false), coalesce(m.due, false),
+	EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = p.id AND ` + leaseEnded + `)
+FROM p LEFT JOIN m ON m.plan_id = p.id ORDER BY p.id`
+
+// touched names what a transaction may have changed: plans for certain, and tasks of a
+// plan and workers' claims to look at (markChangedSQL's parameters).
+type touched struct {
+	plans   []string
+	plan    string
+	tasks   []string
+	workers []string
+}
+
+func (t touched) args() []any {
+	return []any{nonNil(t.plans), t.plan, nonNil(t.tasks), nonNil(t.workers)}
+}
+
+// scanChanges reads the answer of markChangedSQL.
+func scanChanges(rows pgx.Rows, err error) ([]ChangedPlan, error) {
+	if err != nil {
+		return nil, fmt.Errorf("mark changed plans: %w", err)
+	}
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ChangedPlan, error) {
+		var c ChangedPlan
+		err := r.Scan(&c.PlanID, &c.Dirty, &c.Fresh, &c.MirrorDue, &c.EndedTokens)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mark changed plans: %w", err)
+	}
+	return cs, nil
+}
+
+// changed marks the plans planIDs changed in tx and runs the PlanChanged hook once for
+// each (nothing without a hook).
+func (s *Store) changed(ctx context.Context, tx pgx.Tx, planIDs ...string) error {
+	if s.cfg.Hooks.PlanChanged == nil {
+		return nil
+	}
+	cs, err := scanChanges(tx.Query(ctx, markChangedSQL, touched{plans: planIDs}.args()...))
+	if err != nil {
+		return err
+	}
+	return s.planChanged(ctx, tx, cs)
+}
+
+// planChanged runs the PlanChanged hook for each change, in id order.
+func (s *Store) planChanged(ctx context.Context, tx pgx.Tx, cs []ChangedPlan) error {
+	for _, c := range cs {
+		if err := s.cfg.Hooks.PlanChanged(ctx, tx, c); err != nil {
+			return fmt.Errorf("plan %s changed hook: %w", c.PlanID, err)
+		}
+	}
+	return nil
+}
