@@ -72,7 +72,9 @@ func TestBenchClaimsSmall(t *testing.T) {
 	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn},
 		"claims", "--workers", "3", "--tasks", "60", "--chain", "10", "--idle", "500ms")
 	last := lastLine(out)
-	re := regexp.MustCompile(`^claims_per_s=\d+ raw_per_s=\d+ ratio=\d+\.\d\d ready_to_claim_p50_ms=\d+\.\d\d p99_ms=\d+\.\d\d idle_queries_per_worker_s=\d+\.\d\d river_per_s=\d+ ratio_raw=\d+\.\d\d ratio_river=\d+\.\d\d hooks=true$`)
+	// A latency may be negative on a loaded machine: the claimer can hold its answer before
+	// the one whose commit made the task ready hears of that commit.
+	re := regexp.MustCompile(`^claims_per_s=\d+ raw_per_s=\d+ ratio=\d+\.\d\d ready_to_claim_p50_ms=-?\d+\.\d\d p99_ms=-?\d+\.\d\d idle_queries_per_worker_s=\d+\.\d\d river_per_s=\d+ river_tuned_per_s=\d+ ratio_raw=\d+\.\d\d ratio_river=\d+\.\d\d ratio_river_tuned=\d+\.\d\d hooks=true$`)
 	if !re.MatchString(last) {
 		t.Fatalf("last line %q is not the key=value summary\n%s", last, out)
 	}
@@ -154,7 +156,8 @@ func TestBenchIdleSmall(t *testing.T) {
 	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn},
 		"idle", "--workers", "20", "--wakes", "3", "--window", "1s", "--serve-bin", bin)
 	last := lastLine(out)
-	re := regexp.MustCompile(`^workers=20 rss_per_worker_kib=-?\d+\.\d heap_per_worker_kib=-?\d+\.\d idle_queries=\d+ wake_p50_ms=\d+\.\d\d wake_p99_ms=\d+\.\d\d$`)
+	// A wake latency may be negative on a loaded machine (see the claims test).
+	re := regexp.MustCompile(`^workers=20 rss_per_worker_kib=-?\d+\.\d heap_per_worker_kib=-?\d+\.\d idle_queries=\d+ wake_p50_ms=-?\d+\.\d\d wake_p99_ms=-?\d+\.\d\d$`)
 	if !re.MatchString(last) {
 		t.Fatalf("last line %q is not the key=value summary\n%s", last, out)
 	}

@@ -44,10 +44,14 @@ type ClaimsResult struct {
 	Ratio         float64 `json:"ratio"`
 	// Hooks: the control plane ran the serve configuration (GitHub App and TRIZ hooks).
 	Hooks bool `json:"hooks"`
-	// RiverPerS is River working the same number of no-op jobs on the same database.
-	RiverPerS  float64 `json:"river_per_s"`
-	RatioRaw   float64 `json:"ratio_raw"`   // ClaimsPerS / RawPerS (Ratio, under the issue's name)
-	RatioRiver float64 `json:"ratio_river"` // ClaimsPerS / RiverPerS
+	// RiverPerS is River working the same number of no-op jobs on the same database with
+	// its recommended settings (RiverRecommended); RiverTunedPerS with its benchmark's
+	// (RiverTuned).
+	RiverPerS       float64 `json:"river_per_s"`
+	RiverTunedPerS  float64 `json:"river_tuned_per_s"`
+	RatioRaw        float64 `json:"ratio_raw"`         // ClaimsPerS / RawPerS (Ratio, under the issue's name)
+	RatioRiver      float64 `json:"ratio_river"`       // ClaimsPerS / RiverPerS
+	RatioRiverTuned float64 `json:"ratio_river_tuned"` // ClaimsPerS / RiverTunedPerS
 	// GitHubRequests and GitHubWrites are what the control plane sent the fake GitHub
 	// over the whole run (the mirror's labels and status comments); GitHubProblems are
 	// requests it would fail a test on.
@@ -104,8 +108,11 @@ func Claims(ctx context.Context, s Setup, o ClaimsOptions) (ClaimsResult, error)
 		return res, err
 	}
 
-	s.progressf("river: %d no-op jobs inserted, then worked by River", o.Tasks)
-	if res.RiverPerS, err = e.riverLoop(ctx, o.Tasks); err != nil {
+	s.progressf("river: %d no-op jobs inserted, then worked by River (recommended settings, then tuned)", o.Tasks)
+	if res.RiverPerS, err = e.riverLoop(ctx, o.Tasks, RiverRecommended); err != nil {
+		return res, err
+	}
+	if res.RiverTunedPerS, err = e.riverLoop(ctx, o.Tasks, RiverTuned); err != nil {
 		return res, err
 	}
 
@@ -138,6 +145,9 @@ func Claims(ctx context.Context, s Setup, o ClaimsOptions) (ClaimsResult, error)
 	}
 	if res.RiverPerS > 0 {
 		res.RatioRiver = res.ClaimsPerS / res.RiverPerS
+	}
+	if res.RiverTunedPerS > 0 {
+		res.RatioRiverTuned = res.ClaimsPerS / res.RiverTunedPerS
 	}
 	if e.github != nil {
 		for _, r := range e.github.Requests() {

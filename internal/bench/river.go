@@ -27,13 +27,32 @@ type noopWorker struct {
 
 func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
 
-// riverLoop is the River baseline: n no-op jobs are inserted into a queue of their own,
-// then a River client with the fetch settings River's own benchmark uses (riverbench:
-// FetchCooldown 2 ms, FetchPollInterval 20 ms, 2,000 workers) works them all on the same
-// database. It returns jobs per second, from the client's start to the last completion
-// its subscription reported; the insert is not timed (the tasks of the other phases
-// are imported before their clock starts too).
-func (e *env) riverLoop(ctx context.Context, n int) (float64, error) {
+// RiverSettings are the fetch settings and workers a River baseline runs with.
+type RiverSettings struct {
+	FetchCooldown, FetchPollInterval time.Duration
+	MaxWorkers                       int
+}
+
+// The River baselines. RiverRecommended is River as its documentation sets it up:
+// the client's default fetch settings (FetchCooldown 100 ms, FetchPollInterval 1 s,
+// the values River documents and recommends) and the 100 workers of the default queue in
+// River's getting-started example. RiverTuned is River as its own benchmark (riverbench)
+// runs it for the most jobs per second.
+var (
+	RiverRecommended = RiverSettings{FetchCooldown: 100 * time.Millisecond, FetchPollInterval: time.Second, MaxWorkers: 100}
+	RiverTuned       = RiverSettings{FetchCooldown: 2 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond, MaxWorkers: 2000}
+)
+
+func (r RiverSettings) String() string {
+	return fmt.Sprintf("FetchCooldown %s, FetchPollInterval %s, %d workers", r.FetchCooldown, r.FetchPollInterval, r.MaxWorkers)
+}
+
+// riverLoop is a River baseline: n no-op jobs are inserted into a queue of their own,
+// then a River client with settings rs works them all on the same database. It returns
+// jobs per second, from the client's start to the last completion its subscription
+// reported; the insert is not timed (the tasks of the other phases are imported before
+// their clock starts too).
+func (e *env) riverLoop(ctx context.Context, n int, rs RiverSettings) (float64, error) {
 	defer func() {
 		// Completed jobs would stay until River's cleaner runs: remove them now.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -45,10 +64,10 @@ func (e *env) riverLoop(ctx context.Context, n int) (float64, error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{})
 	rc, err := river.NewClient(riverpgxv5.New(e.pool), &river.Config{
-		FetchCooldown:     2 * time.Millisecond,
-		FetchPollInterval: 20 * time.Millisecond,
+		FetchCooldown:     rs.FetchCooldown,
+		FetchPollInterval: rs.FetchPollInterval,
 		Logger:            logging.Demote(e.log),
-		Queues:            map[string]river.QueueConfig{riverQueue: {MaxWorkers: 2000}},
+		Queues:            map[string]river.QueueConfig{riverQueue: {MaxWorkers: rs.MaxWorkers}},
 		Workers:           workers,
 	})
 	if err != nil {
