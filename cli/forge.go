@@ -1,14 +1,9 @@
 package cli
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
-
 	"github.com/spf13/cobra"
 
 	ghapp "github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/intake"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -66,49 +61,9 @@ GitHub Enterprise Server.`,
 				if err != nil {
 					return err
 				}
-				var inst int64
-				if hasApp {
-					if inst, err = st.InstallationForRepo(ctx, ref.Repo.String()); errors.Is(err, queue.ErrNotFound) {
-						ac, aerr := parts.Factory.App(ctx)
-						if aerr != nil {
-							return aerr
-						}
-						if inst, err = ac.RepoInstallation(ctx, ref.Repo); errors.Is(err, ghapp.ErrNotFound) {
-							return failf("the GitHub App is not installed on %s", ref.Repo)
-						}
-					}
-					if err != nil {
-						return err
-					}
-				}
-				c, err := parts.Factory.Installation(ctx, inst)
+				res, err := parts.IntakeIssue(ctx, ref)
 				if err != nil {
 					return err
-				}
-				is, err := c.Issue(ctx, ref)
-				if errors.Is(err, ghapp.ErrNotFound) {
-					return failf("issue %s does not exist or is not visible", ref)
-				}
-				if err != nil {
-					return err
-				}
-				if is.State == "closed" {
-					return failf("issue %s is closed", ref)
-				}
-				id := make([]byte, 8)
-				_, _ = rand.Read(id)
-				res, err := parts.Intake.Intake(ctx, intake.Request{
-					Ref: ref, InstallationID: inst, DeliveryID: "cli-" + hex.EncodeToString(id), Explicit: true,
-					Issue: intake.IssueText{Ref: ref, Title: is.Title, Body: is.Body},
-				})
-				if err != nil {
-					return err
-				}
-				if res.Planned {
-					// Labels and the comment now, not when `whilly serve` gets to the job.
-					if err := parts.Mirror.SyncNow(ctx, res.PlanID); err != nil {
-						return err
-					}
 				}
 				if asJSON {
 					if err := a.writeJSON(res); err != nil {

@@ -350,6 +350,15 @@ func (g *GitHub) AddLabelByHand(repo string, number int, label string) {
 	}
 }
 
+// CloseIssueByHand closes an issue as a person would (no request recorded).
+func (g *GitHub) CloseIssueByHand(repo string, number int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if is := g.repo(repo).issues[number]; is != nil {
+		is.state = "closed"
+	}
+}
+
 // DeleteCommentByHand deletes a comment as a person would.
 func (g *GitHub) DeleteCommentByHand(repo string, id int64) {
 	g.mu.Lock()
