@@ -2,19 +2,18 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/spf13/cobra"
 
+	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/internal/tui"
 	"github.com/whilly-go/whilly/queue"
@@ -198,120 +197,25 @@ func (a *app) localDashboard(ctx context.Context) (*dashSource, error) {
 		HTTPClient: &http.Client{Transport: tok},
 	})
 	if err != nil {
-		tok.stop(ctx)
+		tok.Stop(ctx)
 		stopCP()
 		return nil, err
 	}
 	return &dashSource{api: api, where: "local database", close: func() {
-		tok.stop(ctx)
+		tok.Stop(ctx)
 		stopCP()
 	}}, nil
 }
 
-// Lifetime of the dashboard's own token: it is renewed well before it expires, so a
-// dashboard may run for days, while a token left behind by one that was killed lapses
-// within the hour.
-const (
-	localTokenTTL   = time.Hour
-	localTokenRenew = 30 * time.Minute
-)
-
-// localToken presents the dashboard's own read token on every request (an
-// http.RoundTripper), renews it in the background and revokes it on stop.
-type localToken struct {
-	st    *queue.Store
-	log   func(ctx context.Context, msg string, err error)
-	owner string
-	next  http.RoundTripper
-	cur   atomic.Pointer[mintedToken]
-
-	mu      sync.Mutex
-	prev    string // prefix of the token renewal replaced, revoked at the next one
-	cancel  context.CancelFunc
-	renewed sync.WaitGroup
-}
-
-type mintedToken struct{ secret, prefix string }
-
-func (a *app) newLocalToken(ctx context.Context, st *queue.Store) (*localToken, error) {
+// newLocalToken is the dashboard's own read token (control.LocalToken), named after
+// this host and process.
+func (a *app) newLocalToken(ctx context.Context, st *queue.Store) (*control.LocalToken, error) {
 	host, _ := os.Hostname()
-	t := &localToken{
-		st:    st,
-		owner: fmt.Sprintf("whilly dashboard on %s (pid %d)", host, os.Getpid()),
-		next:  http.DefaultTransport.(*http.Transport).Clone(),
-		log: func(ctx context.Context, what string, err error) {
-			a.log.WarnContext(ctx, "dashboard token upkeep failed", "action", what, "error", err)
-		},
-	}
-	if err := t.mint(ctx); err != nil {
-		return nil, err
-	}
-	renewCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	t.cancel = cancel
-	t.renewed.Go(func() { t.renew(renewCtx) })
-	return t, nil
-}
-
-// mint replaces the current token with a new one; the one before it is revoked now
-// (requests may still be on their way with the one just replaced).
-func (t *localToken) mint(ctx context.Context) error {
-	exp := time.Now().Add(localTokenTTL)
-	secret, info, err := t.st.MintToken(ctx, t.owner, false, &exp)
+	t, err := control.NewLocalToken(ctx, st, control.LocalTokenConfig{
+		Owner: fmt.Sprintf("whilly dashboard on %s (pid %d)", host, os.Getpid()), Log: a.log,
+	})
 	if err != nil {
-		return fmt.Errorf("mint the dashboard's read token: %w", err)
+		return nil, fmt.Errorf("mint the dashboard's read token: %w", err)
 	}
-	old := t.cur.Swap(&mintedToken{secret: secret, prefix: info.Prefix})
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.prev != "" {
-		if err := t.st.RevokeToken(ctx, t.prev); err != nil {
-			t.log(ctx, "revoke the dashboard's previous token", err)
-		}
-	}
-	t.prev = ""
-	if old != nil {
-		t.prev = old.prefix
-	}
-	return nil
-}
-
-func (t *localToken) renew(ctx context.Context) {
-	tick := time.NewTicker(localTokenRenew)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := t.mint(ctx); err != nil && ctx.Err() == nil {
-				t.log(ctx, "renew the dashboard's token", err)
-			}
-		}
-	}
-}
-
-// stop ends renewal and revokes the dashboard's tokens.
-func (t *localToken) stop(ctx context.Context) {
-	t.cancel()
-	t.renewed.Wait()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	t.mu.Lock()
-	prefixes := []string{t.prev, t.cur.Load().prefix}
-	t.mu.Unlock()
-	for _, p := range prefixes {
-		if p == "" {
-			continue
-		}
-		if err := t.st.RevokeToken(ctx, p); err != nil && !errors.Is(err, queue.ErrNotFound) {
-			t.log(ctx, "revoke the dashboard's token", err)
-		}
-	}
-}
-
-// RoundTrip sends req with the current token.
-func (t *localToken) RoundTrip(req *http.Request) (*http.Response, error) {
-	r := req.Clone(req.Context())
-	r.Header.Set("Authorization", "Bearer "+t.cur.Load().secret)
-	return t.next.RoundTrip(r)
+	return t, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/muesli/termenv"
 
+	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/internal/tui"
 	"github.com/whilly-go/whilly/plan"
@@ -233,7 +234,7 @@ func TestDashboardFollowsTheLocalDatabase(t *testing.T) {
 	}
 	tok := toks[0]
 	if tok.Admin || !strings.Contains(tok.Owner, "whilly dashboard") || tok.ExpiresAt == nil ||
-		tok.ExpiresAt.Sub(tok.CreatedAt) > localTokenTTL+time.Minute || tok.RevokedAt == nil {
+		tok.ExpiresAt.Sub(tok.CreatedAt) > control.LocalTokenTTL+time.Minute || tok.RevokedAt == nil {
 		t.Errorf("the dashboard's token = %+v, want a read token expiring within the hour, revoked", tok)
 	}
 }
