@@ -38,8 +38,11 @@ type LocalToken struct {
 	next http.RoundTripper
 	cur  atomic.Pointer[mintedToken]
 
-	mu      sync.Mutex
-	prev    string // prefix of the token renewal replaced, revoked at the next one
+	mu sync.Mutex
+	// stale are the prefixes of tokens to revoke: the one renewal replaced (requests may
+	// still be on their way with it), revoked at the next renewal, and any whose
+	// revocation failed.
+	stale   []string
 	cancel  context.CancelFunc
 	renewed sync.WaitGroup
 }
@@ -78,16 +81,23 @@ func (t *LocalToken) mint(ctx context.Context) error {
 	old := t.cur.Swap(&mintedToken{secret: secret, prefix: info.Prefix})
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.prev != "" {
-		if err := t.st.RevokeToken(ctx, t.prev); err != nil {
-			t.warn(ctx, "revoke the previous token", err)
-		}
-	}
-	t.prev = ""
+	t.stale = t.revoke(ctx, t.stale)
 	if old != nil {
-		t.prev = old.prefix
+		t.stale = append(t.stale, old.prefix)
 	}
 	return nil
+}
+
+// revoke revokes the tokens of prefixes and returns those it could not revoke.
+func (t *LocalToken) revoke(ctx context.Context, prefixes []string) []string {
+	var left []string
+	for _, p := range prefixes {
+		if err := t.st.RevokeToken(ctx, p); err != nil && !errors.Is(err, queue.ErrNotFound) {
+			t.warn(ctx, "revoke a token", err)
+			left = append(left, p)
+		}
+	}
+	return left
 }
 
 func (t *LocalToken) renew(ctx context.Context) {
@@ -98,7 +108,9 @@ func (t *LocalToken) renew(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if err := t.mint(ctx); err != nil && ctx.Err() == nil {
+			// Not cancelled by Stop half-way: a token minted, or one replaced, and then
+			// forgotten would stay valid after Stop.
+			if err := t.mint(context.WithoutCancel(ctx)); err != nil {
 				t.warn(ctx, "renew the token", err)
 			}
 		}
@@ -116,16 +128,8 @@ func (t *LocalToken) Stop(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	t.mu.Lock()
-	prefixes := []string{t.prev, t.cur.Load().prefix}
-	t.mu.Unlock()
-	for _, p := range prefixes {
-		if p == "" {
-			continue
-		}
-		if err := t.st.RevokeToken(ctx, p); err != nil && !errors.Is(err, queue.ErrNotFound) {
-			t.warn(ctx, "revoke the token", err)
-		}
-	}
+	defer t.mu.Unlock()
+	t.stale = t.revoke(ctx, append(t.stale, t.cur.Load().prefix))
 }
 
 // RoundTrip sends req with the current token.
