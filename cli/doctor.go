@@ -19,6 +19,7 @@ import (
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/migrations"
+	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
 	"github.com/whilly-go/whilly/worker"
 )
@@ -126,8 +127,8 @@ func (a *app) doctorPostgres(ctx context.Context, rep *doctorReport) {
 		return
 	}
 	defer pool.Close()
-	var version string
-	if err := pool.QueryRow(ctx, `SHOW server_version`).Scan(&version); err != nil {
+	version, err := queue.ServerVersion(ctx, pool)
+	if err != nil {
 		rep.add("postgres", checkFail, "%s answers but cannot be queried: %v", where, err)
 		return
 	}

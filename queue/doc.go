@@ -30,3 +30,5 @@ package queue
 //	listen.go                 LISTEN/NOTIFY of events; dashboard.go, outlook.go, metrics.go
 //	                          and pacing.go are reads across tables for one consumer
 //	jobs.go, schedule.go      River job kinds, queues and periodic jobs
+//	scope.go, pgerr.go,       scopes, errors of an unreachable database, the server
+//	server.go                 version: no table of their own
