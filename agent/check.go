@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"time"
 )
 
 // ErrNotReady means the agent cannot run on this machine at all: its CLI is missing or
@@ -74,4 +78,39 @@ func Check(a Agent, getenv func(string) string) error {
 	}
 	return fmt.Errorf("%w: the %s CLI is not logged in (no %s and no %s): %s",
 		ErrNotReady, name, keys[0], login(home)[0], howTo)
+}
+
+// CLI is the executable the claude or codex agent runs (CLAUDE_BIN or CODEX_BIN, else
+// the CLI's name, looked up on PATH); "" for agents without one (sim, command).
+func CLI(a Agent) string {
+	switch x := a.(type) {
+	case *claudeAgent:
+		return x.r.cfg.ClaudeBin
+	case *codexAgent:
+		return x.r.cfg.CodexBin
+	}
+	return ""
+}
+
+// CLIVersion runs `path --version`, for at most timeout, and returns the first line it
+// prints, cut at 120 characters; a CLI that fails says why in the error, with that line.
+func CLIVersion(ctx context.Context, path string, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, "--version")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	line, _, _ := strings.Cut(strings.TrimSpace(out.String()), "\n")
+	if len(line) > 120 {
+		line = line[:120] + "…"
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", err, line)
+	}
+	if line == "" {
+		return "", errors.New("it printed nothing")
+	}
+	return line, nil
 }

@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -165,12 +163,8 @@ func (a *app) doctorAgents(ctx context.Context, rep *doctorReport) {
 	cfg := worker.AgentConfig(a.cfg)
 	for _, name := range names {
 		check := "agent " + name
-		var bin string
 		switch name {
-		case agent.NameClaude:
-			bin = firstNonEmpty(cfg.ClaudeBin, "claude")
-		case agent.NameCodex:
-			bin = firstNonEmpty(cfg.CodexBin, "codex")
+		case agent.NameClaude, agent.NameCodex: // CLIs to find and ask, below
 		case agent.NameCommand:
 			if cfg.Command == "" {
 				rep.add(check, checkFail, "WHILLY_AGENT_CMD is empty: set the command the command agent runs")
@@ -190,6 +184,7 @@ func (a *app) doctorAgents(ctx context.Context, rep *doctorReport) {
 			rep.add(check, checkFail, "%v", err)
 			continue
 		}
+		bin := agent.CLI(ag)
 		path, err := exec.LookPath(bin)
 		if err != nil {
 			// agent.Check says how to install it.
@@ -197,7 +192,7 @@ func (a *app) doctorAgents(ctx context.Context, rep *doctorReport) {
 			rep.add(check+" login", checkSkip, "the CLI is missing")
 			continue
 		}
-		version, err := cliVersion(ctx, path)
+		version, err := agent.CLIVersion(ctx, path, doctorTimeout)
 		if err != nil {
 			rep.add(check, checkFail, "%s is there but '%s --version' fails: %v", path, bin, err)
 		} else {
@@ -209,28 +204,6 @@ func (a *app) doctorAgents(ctx context.Context, rep *doctorReport) {
 			rep.add(check+" login", checkOK, "an API key is set or the CLI is logged in")
 		}
 	}
-}
-
-// cliVersion runs `path --version` and returns the first line it prints.
-func cliVersion(ctx context.Context, path string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
-	defer cancel()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, path, "--version")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = time.Second
-	err := cmd.Run()
-	line, _, _ := strings.Cut(strings.TrimSpace(out.String()), "\n")
-	if len(line) > 120 {
-		line = line[:120] + "…"
-	}
-	if err != nil {
-		return "", fmt.Errorf("%w: %s", err, line)
-	}
-	if line == "" {
-		return "", errors.New("it printed nothing")
-	}
-	return line, nil
 }
 
 func (a *app) doctorSandbox(ctx context.Context, rep *doctorReport) {
