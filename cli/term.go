@@ -2,8 +2,8 @@ package cli
 
 import (
 	"fmt"
-	"regexp"
-	"strings"
+
+	"github.com/whilly-go/whilly/internal/termsafe"
 )
 
 // warnTokenFlag warns that a secret was given as a flag: every user of the machine reads
@@ -12,35 +12,8 @@ func (a *app) warnTokenFlag(flag, env string) {
 	fmt.Fprintf(a.io.Err, "warning: %s is visible to every user of this machine (ps) and kept in shell history; set %s instead\n", flag, env)
 }
 
-// escapeRe matches terminal escape sequences: CSI (ESC [ … final byte, and its one-byte
-// C1 form), OSC (ESC ] … ended by BEL or ST: window titles, hyperlinks, clipboard
-// writes), DCS, SOS, PM and APC strings, and any other ESC-introduced pair.
-var escapeRe = regexp.MustCompile(`\x1b\[[0-?]*[ -/]*[@-~]?|\x{9b}[0-?]*[ -/]*[@-~]?` +
-	`|(?:\x1b[\]PX^_]|[\x{9d}\x{90}\x{98}\x{9e}\x{9f}])[^\x07\x1b\x{9c}]*(?:\x07|\x1b\\|\x{9c})?` +
-	`|\x1b[ -~]?`)
+// termText and termLine are termsafe.Text and termsafe.Line: every text that others
+// wrote goes through one of them before it is printed.
+func termText(s string) string { return termsafe.Text(s) }
 
-// termText makes text that users wrote (plan names, task descriptions, failure reasons,
-// event payloads) safe to print on a terminal: escape sequences are removed whole, then
-// every other control character but newline and tab, and bidi controls that reorder what
-// follows them. Without it, a task description could move the cursor, rewrite the lines
-// above, retitle the window or write the clipboard of whoever runs `whilly plan show`.
-func termText(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = escapeRe.ReplaceAllString(s, "")
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r == '\n' || r == '\t':
-			return r
-		case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
-			return -1
-		case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c:
-			return -1
-		}
-		return r
-	}, s)
-}
-
-// termLine is termText on one line: newlines and tabs become spaces.
-func termLine(s string) string {
-	return strings.Join(strings.Fields(termText(s)), " ")
-}
+func termLine(s string) string { return termsafe.Line(s) }
