@@ -12,6 +12,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/termsafe"
 	"github.com/whilly-go/whilly/plan"
 )
 
@@ -93,7 +94,7 @@ func cell(text string, w int) string {
 	if w <= 0 {
 		return ""
 	}
-	text = strings.NewReplacer("\n", " ", "\r", " ", "\t", " ").Replace(text)
+	text = strings.NewReplacer("\n", " ", "\t", " ").Replace(termsafe.Text(text))
 	if ansi.StringWidth(text) > w {
 		text = ansi.Truncate(text, w, "…")
 	}
@@ -259,7 +260,7 @@ func (m *Model) header() string {
 		parts = append(parts, s.yellow.Bold(true).Render("⏸ PAUSED")+" (events are buffered; p resumes)")
 		return strings.Join(parts, " · ")
 	case m.stream.err != nil:
-		parts = append(parts, s.red.Render(fmt.Sprintf("✗ stream down, retrying in %s: %v", m.stream.retry.Round(time.Second), m.stream.err)))
+		parts = append(parts, s.red.Render(fmt.Sprintf("✗ stream down, retrying in %s: %s", m.stream.retry.Round(time.Second), termsafe.Line(m.stream.err.Error()))))
 	case m.stream.live:
 		parts = append(parts, s.green.Render("● live"))
 	default:
@@ -287,7 +288,7 @@ func (m *Model) footer() string {
 		out = s.yellow.Render(fmt.Sprintf("filter %q (esc clears)", m.filter)) + " · " + out
 	}
 	if err := m.firstError(); err != "" {
-		out = s.red.Render("✗ "+err) + " · " + out
+		out = s.red.Render("✗ "+termsafe.Line(err)) + " · " + out
 	}
 	return out
 }
@@ -400,7 +401,7 @@ func (m *Model) tasksSection(width, n int) []string {
 	vis := m.visibleTasks()
 	title := "TASKS"
 	if m.selected != "" {
-		title += " of " + m.selected
+		title += " of " + termsafe.Line(m.selected)
 	}
 	switch {
 	case m.selected == "":
