@@ -62,6 +62,21 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, client.LogChunkResponse{NextOffset: res.Next, Duplicate: res.Duplicate})
 }
 
+// logTail checks the log tail a COMPLETE or FAIL report carries and makes it storable;
+// nil stays nil.
+func logTail(t *client.LogTail) (*queue.LogTail, error) {
+	switch {
+	case t == nil:
+		return nil, nil
+	case t.Offset < 0 || t.Offset > 1<<52:
+		return nil, errorf(http.StatusBadRequest, codeBadRequest, "Field log.offset must be a byte offset from 0 to 2^52.")
+	case len(t.Text) > client.MaxLogChunk:
+		return nil, errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "A log chunk may hold at most %d bytes; this one has %d.", client.MaxLogChunk, len(t.Text))
+	}
+	text, _ := agent.Storable(t.Text)
+	return &queue.LogTail{Offset: t.Offset, Data: []byte(text)}, nil
+}
+
 // readLog answers GET /v1/plans/{plan}/tasks/{task}/attempts/{n}/log (AttemptLog).
 func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	planID, err := param(r, "plan")

@@ -488,12 +488,16 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	// The result is the agent's text: whatever it printed is kept, made storable, and
 	// marked repaired when that changed it.
 	result, repaired := agent.Storable(req.Result)
+	tail, err := logTail(req.Log)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	in := queue.CompleteInput{Cost: req.CostUSD, Result: result, HeadSHA: strings.ToLower(req.HeadSHA), NoChanges: req.NoChanges,
-		ResultRepaired: repaired || req.ResultRepaired, CostEstimated: req.CostEstimated}
+		ResultRepaired: repaired || req.ResultRepaired, CostEstimated: req.CostEstimated, Log: tail}
 	var (
 		t    queue.TaskInfo
 		next *queue.Claim
-		err  error
 	)
 	if req.ClaimNext != nil && !s.isDraining() {
 		p := principalFrom(r.Context())
@@ -550,10 +554,15 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field output must be at most %d bytes.", client.MaxFailOutput))
 		return
 	}
+	tail, err := logTail(req.Log)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	// Agent output may hold NUL, which Postgres text cannot store: drop it.
 	output, _ := agent.Storable(req.Output)
 	t, err := s.store.Fail(r.Context(), l, queue.FailInput{Cost: req.CostUSD, Reason: req.Reason, Retryable: req.Retryable,
-		Detail: req.Detail, Output: output, CostEstimated: req.CostEstimated})
+		Detail: req.Detail, Output: output, CostEstimated: req.CostEstimated, Log: tail})
 	if err == nil {
 		s.metrics.failures.WithLabelValues(reasonClass(req.Reason)).Inc()
 		outcome := outcomeFailed

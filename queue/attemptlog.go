@@ -266,3 +266,117 @@ func (s *Store) WaitAttemptLog(ctx context.Context, ln *Listener, planID, taskID
 		t.Stop()
 	}
 }
+
+// LogTail is the last chunk of an attempt's log, carried by the report that ends the
+// attempt (COMPLETE or FAIL) instead of a request of its own: it is stored in the
+// report's transaction, after the report ended the attempt (storeTailsSQL). Offset counts
+// as in LogAppend.
+type LogTail struct {
+	Offset int64
+	Data   []byte
+}
+
+// maxLogOffset bounds a tail's offset (4 PiB), far below where the statement's
+// arithmetic would overflow.
+const maxLogOffset = 1 << 52
+
+// check refuses a tail that LogAppend would refuse.
+func (t *LogTail) check() error {
+	switch {
+	case t == nil:
+		return nil
+	case t.Offset < 0 || t.Offset > maxLogOffset:
+		return fmt.Errorf("the log's offset %d is not between 0 and %d: %w", t.Offset, int64(maxLogOffset), ErrInvalid)
+	case len(t.Data) > MaxLogChunkBytes:
+		return fmt.Errorf("a log chunk of %d bytes is more than %d: %w", len(t.Data), MaxLogChunkBytes, ErrInvalid)
+	}
+	return nil
+}
+
+// storeTailsSQL stores the log tails of reports of plan $1 ($2 task, $3 lease, $4 offset,
+// $5 bytes) that this very transaction ended: the task's ended_lease_id is the report's
+// lease and its row was written by this transaction (xmin), so a tail is stored exactly
+// when its report was, fenced by the same lease check, and a replayed report (its first
+// answer lost) stores nothing again. The attempt is the task's. As in AppendAttemptLog, a
+// new lease of the same attempt number starts the log afresh, the bytes already stored
+// are not stored twice (a tail that repeats them is a duplicate; the lease's worker
+// counts offsets in the one stream it produced, so only the part past what is stored is
+// new), the log is trimmed to its last $8 bytes and followers are woken ($6, $7).
+const storeTailsSQL = `WITH r AS (
+	SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bytea[]) AS r(rid, rlease, roff, rdata)
+	WHERE length(rdata) > 0
+), l AS (
+	SELECT r.*, x.attempts AS att, g.lease_id::text AS glease, coalesce(g.size, 0) AS gsize,
+		CASE WHEN g.lease_id::text = r.rlease THEN g.base ELSE coalesce(g.size, 0) END AS nbase
+	FROM r JOIN tasks x ON x.plan_id = $1 AND x.id = r.rid
+	LEFT JOIN attempt_logs g ON g.plan_id = $1 AND g.task_id = r.rid AND g.attempt = x.attempts
+	WHERE x.ended_lease_id::text = r.rlease AND x.xmin::text::bigint = txid_current() % 4294967296
+), z AS (
+	SELECT rid, rlease, att, glease, nbase, greatest(nbase + roff, gsize) AS at,
+		nbase + roff + length(rdata) AS fin, nbase + roff + length(rdata) - $8 AS cut,
+		substring(rdata from (greatest(nbase + roff, gsize) - nbase - roff + 1)::int) AS data
+	FROM l WHERE nbase + roff + length(rdata) > gsize
+), h AS (
+	INSERT INTO attempt_logs (plan_id, task_id, attempt, lease_id, base, size)
+	SELECT $1, rid, att, rlease::uuid, nbase, fin FROM z
+	ON CONFLICT (plan_id, task_id, attempt) DO UPDATE
+	SET lease_id = EXCLUDED.lease_id, base = EXCLUDED.base, size = EXCLUDED.size, updated_at = now()
+), c AS (
+	INSERT INTO attempt_log_chunks (plan_id, task_id, attempt, pos, data) SELECT $1, rid, att, at, data FROM z
+), restart AS (
+	DELETE FROM attempt_log_chunks k USING z
+	WHERE k.plan_id = $1 AND k.task_id = z.rid AND k.attempt = z.att AND z.glease <> z.rlease
+), gone AS (
+	DELETE FROM attempt_log_chunks k USING z
+	WHERE k.plan_id = $1 AND k.task_id = z.rid AND k.attempt = z.att AND z.glease = z.rlease
+	  AND k.pos + length(k.data) <= z.cut
+), cut AS (
+	UPDATE attempt_log_chunks k SET data = substring(k.data from (z.cut - k.pos + 1)::int), pos = z.cut
+	FROM z WHERE k.plan_id = $1 AND k.task_id = z.rid AND k.attempt = z.att AND z.glease = z.rlease
+	  AND k.pos < z.cut AND k.pos + length(k.data) > z.cut
+)
+SELECT count(pg_notify($6, json_build_object('type', $7::text, 'plan_id', $1::text, 'task_id', rid, 'attempt', att)::text)) FROM z`
+
+// queueTails queues storeTailsSQL for the tails of reports of plan planID (tails[i]
+// belongs to leases[i], nil for none) and reports whether it did: not when none has one.
+// It must follow the statements that end the attempts, in their transaction.
+func queueTails(b *pgx.Batch, planID string, leases []Lease, tails []*LogTail) bool {
+	var (
+		ids, ls []string
+		offs    []int64
+		data    [][]byte
+	)
+	for i, t := range tails {
+		if t == nil || len(t.Data) == 0 {
+			continue
+		}
+		ids, ls = append(ids, leases[i].TaskID), append(ls, leases[i].LeaseID)
+		offs, data = append(offs, t.Offset), append(data, t.Data)
+	}
+	if len(ids) == 0 {
+		return false
+	}
+	b.Queue(storeTailsSQL, planID, ids, ls, offs, data, EventsChannel, NotificationAttemptLog, int64(MaxAttemptLogBytes))
+	return true
+}
+
+// storeTail stores the tail of one report that tx ended (storeTailsSQL).
+func storeTail(ctx context.Context, tx pgx.Tx, l Lease, t *LogTail) error {
+	b := &pgx.Batch{}
+	if !queueTails(b, l.PlanID, []Lease{l}, []*LogTail{t}) {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("store the log's tail of task %s: %w", l.TaskID, err)
+	}
+	return nil
+}
+
+// queueCompletionTails is queueTails for a batch of completions.
+func queueCompletionTails(b *pgx.Batch, planID string, cs []completion) bool {
+	leases, tails := make([]Lease, len(cs)), make([]*LogTail, len(cs))
+	for i, c := range cs {
+		leases[i], tails[i] = c.lease, c.log
+	}
+	return queueTails(b, planID, leases, tails)
+}

@@ -238,7 +238,7 @@ func (s *Store) Complete(ctx context.Context, l Lease, in CompleteInput) (TaskIn
 		return TaskInfo{}, err
 	}
 	if fast(in) {
-		t, err := s.completions.do(ctx, l.PlanID, completion{lease: l, result: in.Result, payload: p})
+		t, err := s.completions.do(ctx, l.PlanID, completion{lease: l, result: in.Result, payload: p, log: in.Log})
 		if !errors.Is(err, errCareful) {
 			return t, err
 		}
@@ -251,6 +251,9 @@ func (s *Store) Complete(ctx context.Context, l Lease, in CompleteInput) (TaskIn
 func completePayload(l Lease, in CompleteInput) ([]byte, error) {
 	if in.Cost < 0 {
 		return nil, fmt.Errorf("cost_usd must not be negative: %w", ErrInvalid)
+	}
+	if err := in.Log.check(); err != nil {
+		return nil, err
 	}
 	payload := map[string]any{"worker_id": l.WorkerID, "cost_usd": in.Cost.String()}
 	if in.HeadSHA != "" {
@@ -337,6 +340,9 @@ func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, 
 		if err := br.Close(); err != nil {
 			return fmt.Errorf("complete task %s of plan %s: %w", l.TaskID, l.PlanID, err)
 		}
+		if err := storeTail(ctx, tx, l, in.Log); err != nil {
+			return err
+		}
 		return s.settleCharged(ctx, tx, l.PlanID, l.TaskID, in.Cost, after, budget, st, busy)
 	})
 	if errors.Is(err, errReplayed) {
@@ -391,6 +397,9 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 	if len(in.Detail) > 0 && !json.Valid(in.Detail) {
 		return TaskInfo{}, fmt.Errorf("detail must be JSON: %w", ErrInvalid)
 	}
+	if err := in.Log.check(); err != nil {
+		return TaskInfo{}, err
+	}
 	retryable := in.Retryable == nil || *in.Retryable
 	var out TaskInfo
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -422,6 +431,9 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 			return err
 		}
 		if err := insertEvent(ctx, tx, l.PlanID, l.TaskID, string(outcome), payload, rawOrNil(in.Detail)); err != nil {
+			return err
+		}
+		if err := storeTail(ctx, tx, l, in.Log); err != nil {
 			return err
 		}
 		if h := s.cfg.Hooks.TaskFailed; h != nil {

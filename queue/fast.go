@@ -191,6 +191,7 @@ type completion struct {
 	lease   Lease
 	result  string
 	payload []byte
+	log     *LogTail
 }
 
 func completeArgs(planID string, cs []completion) []any {
@@ -253,10 +254,14 @@ func (s *Store) completeBatch(ctx context.Context, planID string, cs []completio
 	var done completed
 	b := hotBatch()
 	b.Queue(completeUnsettledSQL, completeArgs(planID, cs)...)
+	tails := queueCompletionTails(b, planID, cs)
 	err := s.hotTx(ctx, b, touched{plan: planID, tasks: completionTasks(cs)}, func(br pgx.BatchResults) error {
 		rows, err := hotQuery(br)
 		if done, err = scanCompleted(rows, err, len(cs)); err == nil && done.gaveUp {
 			err = errGaveUp // its transaction failed: the rest did not run
+		}
+		if err == nil && tails {
+			_, err = br.Exec()
 		}
 		return err
 	}, release)
@@ -304,7 +309,7 @@ func (s *Store) CompleteAndClaim(ctx context.Context, l Lease, in CompleteInput,
 		return TaskInfo{}, nil, err
 	}
 	if fast(in) {
-		h, err := s.handoffs.do(ctx, handoffKey{plan: l.PlanID, claim: keyOf(next)}, handoff{completion{lease: l, result: in.Result, payload: p}, next})
+		h, err := s.handoffs.do(ctx, handoffKey{plan: l.PlanID, claim: keyOf(next)}, handoff{completion{lease: l, result: in.Result, payload: p, log: in.Log}, next})
 		switch {
 		case err == nil:
 			return h.task, h.next, nil
@@ -350,6 +355,7 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff, 
 	var done completed
 	b := hotBatch()
 	b.Queue(completeUnsettledSQL, completeArgs(key.plan, cs)...)
+	tails := queueCompletionTails(b, key.plan, cs)
 	b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs[0].Scopes, reqs), key.plan, tasks)...)
 	err := s.hotTx(ctx, b, touched{plan: key.plan, tasks: tasks, workers: claimWorkers(reqs)}, func(br pgx.BatchResults) error {
 		rows, err := hotQuery(br)
@@ -358,6 +364,11 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff, 
 		}
 		if done.gaveUp {
 			return errGaveUp // its transaction failed: the claims did not run
+		}
+		if tails {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		rows, err = br.Query()
 		claims, err := scanClaims(rows, err, len(hs))

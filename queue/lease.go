@@ -68,6 +68,8 @@ type CompleteInput struct {
 	// CostEstimated says Cost is whilly's price of the agent's tokens (cost_estimated in
 	// the event's payload).
 	CostEstimated bool
+	// Log, when set, is the last chunk of the attempt's log, stored with the completion.
+	Log *LogTail
 }
 
 // FailInput is what a worker reports on failure. Retryable nil means true.
@@ -80,6 +82,8 @@ type FailInput struct {
 	Output string
 	// CostEstimated is as in CompleteInput.
 	CostEstimated bool
+	// Log is as in CompleteInput.
+	Log *LogTail
 }
 
 // CancelNotice tells a worker to stop working on a task it holds.

@@ -113,11 +113,40 @@ func (s *logStream) run(ctx context.Context) {
 }
 
 // finish uploads what is still pending once the agent has ended, before the attempt is
-// reported: a follower sees the whole log before the attempt ends.
+// released: a follower sees the whole log before the attempt ends. Nil does nothing.
 func (s *logStream) finish(ctx context.Context) {
+	if s != nil {
+		s.drain(ctx, 0)
+	}
+}
+
+// tail ends the stream before the report that ends the attempt (COMPLETE or FAIL): what
+// one chunk cannot hold is uploaded on its own, and the rest, at most one chunk, is
+// returned for the report to carry and store in its transaction, which saves a request
+// and a transaction per attempt. The report carries it again when it is sent again, and
+// the control plane stores no byte twice. Nil, or nothing left, is nil.
+func (s *logStream) tail(ctx context.Context) *client.LogTail {
+	if s == nil {
+		return nil
+	}
+	s.drain(ctx, logChunk)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || len(s.pending) == 0 {
+		return nil
+	}
+	n := min(len(s.pending), logChunk)
+	for n < len(s.pending) && n > 0 && !utf8.RuneStart(s.pending[n]) {
+		n-- // the control plane could not be reached: the rest is lost with it
+	}
+	return &client.LogTail{Offset: s.off, Text: string(s.pending[:n])}
+}
+
+// drain uploads what is pending, after the agent ended, until at most keep bytes are.
+func (s *logStream) drain(ctx context.Context, keep int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), logFinalFor)
 	defer cancel()
-	for s.pendingBytes() > 0 && s.upload(ctx) {
+	for s.pendingBytes() > keep && s.upload(ctx) {
 	}
 	s.mu.Lock()
 	dropped := s.dropped

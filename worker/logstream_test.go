@@ -205,3 +205,60 @@ func TestAttemptLogSurvivesALostAnswer(t *testing.T) {
 		t.Fatalf("the log after a lost answer: %q", end.Text)
 	}
 }
+
+// TestLogTailRidesWithTheReport: the log of a quick attempt (the sim agent without delay
+// writes its one line at the end) goes with the report that ends the attempt, COMPLETE or
+// FAIL, and needs no log request of its own. The first COMPLETE's answer is lost (a proxy
+// answers 503 after forwarding it): the worker sends it again, tail and all, and the log
+// holds the line once.
+func TestLogTailRidesWithTheReport(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.importTasks(t, "tail", 2)
+	target, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logPosts, completes atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/log") {
+			logPosts.Add(1)
+		}
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/complete") || completes.Add(1) != 1 {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		proxy.ServeHTTP(rec, r) // stored ...
+		if rec.Code != http.StatusOK {
+			t.Errorf("the first COMPLETE was answered %d: %s", rec.Code, rec.Body)
+		}
+		http.Error(w, `{"error":"unavailable","message":"the answer was lost"}`, http.StatusServiceUnavailable) // ... unheard
+	}))
+	t.Cleanup(front.Close)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ok := e.worker(t, front.URL, agent.SimConfig{}, worker.Config{PlanID: "tail", Once: true})
+	if sum, err := ok.Run(ctx); err != nil || sum.Done != 1 {
+		t.Fatalf("run: %+v, %v", sum, err)
+	}
+	failing := e.worker(t, front.URL, agent.SimConfig{FailRate: 1}, worker.Config{PlanID: "tail", Once: true})
+	if sum, err := failing.Run(ctx); err != nil || sum.Failed != 1 {
+		t.Fatalf("run: %+v, %v", sum, err)
+	}
+	if completes.Load() != 2 || logPosts.Load() != 0 {
+		t.Fatalf("%d COMPLETE and %d log requests; want 2 (one answer lost) and none", completes.Load(), logPosts.Load())
+	}
+	_, reader := e.registered(t, e.url)
+	for task, want := range map[string]string{"T00": agent.CompletionMarker + "\n", "T01": "simulated failure"} {
+		lg, err := reader.AttemptLog(ctx, "tail", task, client.LogQuery{Attempt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lg.Running || !strings.Contains(lg.Text, want) || strings.Count(lg.Text, "whilly sim agent") != 1 {
+			t.Errorf("the log of %s: %+v", task, lg)
+		}
+	}
+}

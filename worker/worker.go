@@ -374,12 +374,14 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 
 	if ctx.Err() != nil {
 		// Shutdown: the agent's process group is gone; hand the task back.
+		r.log.finish(ctx)
 		return w.release(log, c, out, "shutdown"), nil
 	}
 	if errors.Is(r.runErr, agent.ErrNotFound) {
 		// The agent's CLI is gone from this machine: the task is not to blame. Hand it back
 		// uncounted and stop this worker (Run returns the error).
 		log.ErrorContext(ctx, "the agent's executable is missing; task released, worker stopping", "error", r.runErr)
+		r.log.finish(ctx)
 		out = w.release(log, c, out, ReasonAgentMissing)
 		out.Err = fmt.Errorf("%w: %w", agent.ErrNotReady, r.runErr)
 		return out, nil
@@ -392,7 +394,8 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	if r.fail == nil && r.runErr == nil && r.res.Succeeded() {
 		result, repaired := agent.Storable(bounded(r.res.Text, 4096))
 		req := client.CompleteRequest{LeaseID: c.Lease.ID, CostUSD: r.res.Cost, CostEstimated: r.res.CostEstimated,
-			Result: result, ResultRepaired: repaired, HeadSHA: r.pub.HeadSHA, NoChanges: r.pub.NoChanges, DurationMS: ran}
+			Result: result, ResultRepaired: repaired, HeadSHA: r.pub.HeadSHA, NoChanges: r.pub.NoChanges, DurationMS: ran,
+			Log: r.log.tail(ctx)}
 		if wantNext {
 			// The next task comes back with the completion: one round trip fewer.
 			req.ClaimNext = &client.NextClaim{PlanID: w.cfg.PlanID, IdempotencyKey: newKey()}
@@ -415,6 +418,7 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	}
 	out.Reason = fail.Reason
 	fail.LeaseID, fail.CostUSD, fail.CostEstimated, fail.DurationMS = c.Lease.ID, r.res.Cost, r.res.CostEstimated, ran
+	fail.Log = r.log.tail(ctx)
 	var failed client.Task
 	if err := w.report(ctx, log, lc, "fail", func(ctx context.Context) error {
 		var err error
@@ -435,6 +439,8 @@ type workResult struct {
 	runErr error
 	pub    Publication
 	fail   *client.FailRequest
+	// log is the attempt's log stream, its tail not yet sent (nil when the agent did not run).
+	log *logStream
 }
 
 // work runs one attempt: in the claim's workspace when it carries one (locked, fetched
@@ -458,8 +464,8 @@ func (w *Worker) work(ctx context.Context, log *slog.Logger, c *client.Claim) wo
 		}()
 		workDir = co.Dir
 	}
-	res, runErr := w.attempt(ctx, c, workDir)
-	r := workResult{res: res, runErr: runErr}
+	res, stream, runErr := w.attempt(ctx, c, workDir)
+	r := workResult{res: res, runErr: runErr, log: stream}
 	if co == nil || runErr != nil || !res.Succeeded() || ctx.Err() != nil {
 		return r
 	}
@@ -547,7 +553,7 @@ var errLeaseLost = errors.New("lease lost")
 
 // attempt builds the prompt, runs the agent in workDir and the plan's verification
 // commands.
-func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (agent.Result, error) {
+func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (agent.Result, *logStream, error) {
 	t := c.Task
 	in := agent.NewPromptInput(c.Plan.ID, c.Plan.Name, plan.Task{
 		ID: t.ID, Priority: t.Priority, Description: t.Description, Dependencies: t.Dependencies,
@@ -563,7 +569,7 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 	}
 	prompt, err := agent.BuildPrompt(in)
 	if err != nil {
-		return agent.Result{}, err
+		return agent.Result{}, nil, err
 	}
 	logFile, closeLog := w.openLog(t.PlanID, t.ID, t.Attempt)
 	defer closeLog()
@@ -586,19 +592,18 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 	})
 	stopStream()
 	uploader.Wait()
-	stream.finish(ctx)
 	if err == nil && res.Sandbox != "" {
 		w.attemptEvent(ctx, c, res)
 	}
 	if err != nil || !res.Succeeded() || len(c.Plan.Verify) == 0 {
-		return res, err
+		return res, stream, err
 	}
 	cmds := make([]plan.Verify, len(c.Plan.Verify))
 	for i, v := range c.Plan.Verify {
 		cmds[i] = plan.Verify(v)
 	}
 	res.ApplyVerify(agent.RunVerify(ctx, w.cfg.Sandbox, workDir, cmds, 0))
-	return res, nil
+	return res, stream, nil
 }
 
 // secrets are the values the agent's log must never show, whatever their shape: the

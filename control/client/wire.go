@@ -210,6 +210,9 @@ type CompleteRequest struct {
 	// CostEstimated says CostUSD is whilly's price of the tokens the agent reported (codex),
 	// not the agent's own figure; the COMPLETE event records it.
 	CostEstimated bool `json:"cost_estimated,omitempty"`
+	// Log is the last chunk of the attempt's log, stored with the completion: no request of
+	// its own (see LogTail).
+	Log *LogTail `json:"log,omitempty"`
 }
 
 // NextClaim is the claim a COMPLETE asks for: of one plan, or of any when PlanID is empty.
@@ -263,6 +266,8 @@ type FailRequest struct {
 	DurationMS int64 `json:"duration_ms,omitempty"`
 	// CostEstimated is as in CompleteRequest; the FAIL or RETRY event records it.
 	CostEstimated bool `json:"cost_estimated,omitempty"`
+	// Log is as in CompleteRequest.
+	Log *LogTail `json:"log,omitempty"`
 }
 
 // TaskEventRequest appends a progress or log event (types agent.*, progress.*, log.*)
@@ -471,6 +476,15 @@ type LogChunkRequest struct {
 	// Offset is where Text begins in the log as this worker produced it, in bytes: bytes
 	// it dropped (the agent wrote faster than it uploads) leave a gap. A chunk sent again
 	// with the same offset is answered without being stored twice.
+	Offset int64  `json:"offset"`
+	Text   string `json:"text"`
+}
+
+// LogTail is the last chunk of an attempt's log (at most MaxLogChunk bytes, redacted by
+// the worker like every chunk), carried by the COMPLETE or FAIL report and stored in its
+// transaction when the report ends the attempt. As with a LogChunkRequest, bytes already
+// stored at its offsets are not stored again: a report sent again is safe.
+type LogTail struct {
 	Offset int64  `json:"offset"`
 	Text   string `json:"text"`
 }
