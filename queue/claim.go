@@ -197,10 +197,10 @@ func updateTask(ctx context.Context, tx pgx.Tx, planID, taskID, set string, args
 	return t, nil
 }
 
-// Start moves a CLAIMED task to IN_PROGRESS. Starting a task already started under the
-// same lease is answered with the task and no new event, so a retried request is safe.
-// The fenced update and its START event are one statement.
-func (s *Store) Start(ctx context.Context, l Lease) (TaskInfo, error) {
+// startCareful is Start in a transaction of its own: it answers what a batch of starts
+// left out, a retried request (the task, no new event) or a lease that is not the
+// caller's (lockLeased says which).
+func (s *Store) startCareful(ctx context.Context, l Lease) (TaskInfo, error) {
 	var out TaskInfo
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		t, err := scanTask(tx.QueryRow(ctx, `WITH u AS (

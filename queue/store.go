@@ -92,6 +92,7 @@ type Store struct {
 	claims      *group[claimKey, ClaimRequest, *Claim]
 	completions *group[string, completion, TaskInfo]
 	handoffs    *group[handoffKey, handoff, handedOff]
+	starts      *group[string, Lease, TaskInfo] // start.go
 }
 
 // NewStore returns a Store over pool.
@@ -103,6 +104,7 @@ func NewStore(pool *pgxpool.Pool, log *slog.Logger, cfg Config) *Store {
 	s.claims = &group[claimKey, ClaimRequest, *Claim]{max: maxBatch, run: s.claimBatch}
 	s.completions = &group[string, completion, TaskInfo]{max: maxBatch, run: s.completeBatch}
 	s.handoffs = &group[handoffKey, handoff, handedOff]{max: maxBatch, run: s.handoffBatch}
+	s.starts = &group[string, Lease, TaskInfo]{max: maxBatch, run: s.startBatch}
 	return s
 }
 
