@@ -307,18 +307,9 @@ func (a *app) planList() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withStore(cmd.Context(), func(st *queue.Store) error {
-				var all []queue.PlanInfo
-				page := queue.PlanPage{Status: plan.PlanStatus(strings.ToUpper(status)), Limit: 500}
-				for {
-					plans, next, err := st.ListPlans(cmd.Context(), page)
-					if err != nil {
-						return err
-					}
-					all = append(all, plans...)
-					if next == "" {
-						break
-					}
-					page.After = next
+				all, err := st.AllPlans(cmd.Context(), queue.PlanPage{Status: plan.PlanStatus(strings.ToUpper(status)), Limit: 500})
+				if err != nil {
+					return err
 				}
 				if asJSON {
 					return a.writeJSON(map[string]any{"plans": all})

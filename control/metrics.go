@@ -251,20 +251,14 @@ func (s *Server) storeGauges(ctx context.Context) (gauges, error) {
 		if !m.perPlan {
 			break
 		}
-		for after := ""; ; {
-			plans, next, err := s.store.ListPlans(ctx, queue.PlanPage{After: after, Limit: 500, Status: st})
-			if err != nil {
-				return nil, err
+		plans, err := s.store.AllPlans(ctx, queue.PlanPage{Limit: 500, Status: st})
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range plans {
+			if rem := plan.Remaining(p.Budget, p.Spent); rem != nil {
+				out = append(out, prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, rem.Float64(), p.ID))
 			}
-			for _, p := range plans {
-				if rem := plan.Remaining(p.Budget, p.Spent); rem != nil {
-					out = append(out, prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, rem.Float64(), p.ID))
-				}
-			}
-			if next == "" {
-				break
-			}
-			after = next
 		}
 	}
 	up := 0.0

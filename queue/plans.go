@@ -248,6 +248,23 @@ func (s *Store) ListPlans(ctx context.Context, pg PlanPage) ([]PlanInfo, string,
 	return plans, next, nil
 }
 
+// AllPlans returns every plan of pg (its status and scopes; pg.After the first cursor),
+// reading them pg.Limit at a time.
+func (s *Store) AllPlans(ctx context.Context, pg PlanPage) ([]PlanInfo, error) {
+	var all []PlanInfo
+	for {
+		plans, next, err := s.ListPlans(ctx, pg)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, plans...)
+		if next == "" {
+			return all, nil
+		}
+		pg.After = next
+	}
+}
+
 const taskColumns = `plan_id, id, status, priority, description, dependencies, key_files, acceptance_criteria,
 	test_steps, prd_requirement, labels, gate_verdict, gate_reasons, attempts, max_attempts, not_before,
 	coalesce(lease_id::text, ''), lease_expires_at, coalesce(claimed_by, ''), version,
