@@ -4,9 +4,10 @@ package queue
 // The package comment is in store.go.
 //
 //	store.go                  the Store, its hooks and transactions; events (insert, read)
-//	plans.go                  plans: read, list, charge, budget, reset, cancel; task reads
+//	plans.go                  plans: create, read, list, charge, budget, reset, cancel
 //	plan_import.go            plans and tasks as a plan file imports them (Import, Apply)
-//	tasks.go                  tasks an operator adds, edits, removes, resets or retries
+//	tasks.go                  tasks: read; added, edited, removed, reset or retried by an
+//	                          operator; the failure analyzer's finding
 //	claim.go, fast.go,        tasks and leases: claim, start, complete, fail, release,
 //	batch.go, report.go,      heartbeat, the lease reaper, batched hot paths and replays
 //	lease.go, opentx.go

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -380,4 +381,152 @@ func (s *Store) RetryTasks(ctx context.Context, planID string, taskIDs []string,
 		return RetryResult{}, err
 	}
 	return res, nil
+}
+
+// TaskInfo is a task's row: the plan-file fields and the runtime state.
+type TaskInfo struct {
+	PlanID             string        `json:"plan_id"`
+	ID                 string        `json:"id"`
+	Status             plan.Status   `json:"status"`
+	Priority           plan.Priority `json:"priority"`
+	Description        string        `json:"description"`
+	Dependencies       []string      `json:"dependencies"`
+	KeyFiles           []string      `json:"key_files"`
+	AcceptanceCriteria []string      `json:"acceptance_criteria"`
+	TestSteps          []string      `json:"test_steps"`
+	PRDRequirement     string        `json:"prd_requirement"`
+	Labels             []string      `json:"labels"`
+	Gate               plan.Verdict  `json:"gate"`
+	Attempts           int           `json:"attempts"`
+	MaxAttempts        int           `json:"max_attempts"`
+	NotBefore          *time.Time    `json:"not_before,omitempty"`
+	LeaseID            string        `json:"lease_id,omitempty"`
+	LeaseExpiresAt     *time.Time    `json:"lease_expires_at,omitempty"`
+	ClaimedBy          string        `json:"claimed_by,omitempty"`
+	Version            int           `json:"version"`
+	Cost               plan.USD      `json:"cost_usd"`
+	LastError          string        `json:"last_error,omitempty"`
+	// LastOutput is the last failed attempt's error text and output tail (redacted by the
+	// worker), for the next attempt's prompt.
+	LastOutput  string    `json:"last_output,omitempty"`
+	TrizFinding string    `json:"triz_finding,omitempty"`
+	Result      string    `json:"result,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	// Round is set on the task of a pull request's follow-up round (StartRound).
+	Round *RoundContext `json:"round,omitempty"`
+}
+
+// Task returns the plan-file view of the row.
+func (t TaskInfo) Task() plan.Task {
+	return plan.Task{
+		ID: t.ID, Status: t.Status, Priority: t.Priority, Description: t.Description,
+		Dependencies: t.Dependencies, KeyFiles: t.KeyFiles, AcceptanceCriteria: t.AcceptanceCriteria,
+		TestSteps: t.TestSteps, PRDRequirement: t.PRDRequirement, MaxAttempts: t.MaxAttempts, Labels: t.Labels,
+	}
+}
+
+// SetTrizFinding records the failure analyzer's finding on a task, for its next
+// attempt's prompt, and writes the analyzer's event in the same transaction.
+func (s *Store) SetTrizFinding(ctx context.Context, planID, taskID, finding, eventType string, detail any) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		// A round's task that has not run waits for its analysis (StartRound): no longer.
+		tag, err := tx.Exec(ctx, `UPDATE tasks SET triz_finding = NULLIF($3, ''), updated_at = now(),
+				not_before = CASE WHEN status = 'PENDING' AND attempts = 0 AND round_context IS NOT NULL THEN NULL ELSE not_before END
+			WHERE plan_id = $1 AND id = $2`, planID, taskID, finding)
+		if err != nil {
+			return fmt.Errorf("record finding on task %s of plan %s: %w", taskID, planID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("task %s of plan %s: %w", taskID, planID, ErrNotFound)
+		}
+		if err := insertEvent(ctx, tx, planID, taskID, eventType, nil, detail); err != nil {
+			return err
+		}
+		return s.changed(ctx, tx, planID)
+	})
+}
+
+const taskColumns = `plan_id, id, status, priority, description, dependencies, key_files, acceptance_criteria,
+	test_steps, prd_requirement, labels, gate_verdict, gate_reasons, attempts, max_attempts, not_before,
+	coalesce(lease_id::text, ''), lease_expires_at, coalesce(claimed_by, ''), version,
+	(cost_usd * 1000000)::bigint, coalesce(last_error, ''), coalesce(last_output, ''), coalesce(triz_finding, ''),
+	coalesce(result, ''), created_at, updated_at, round_context`
+
+func scanTask(row pgx.Row) (TaskInfo, error) { return scanTaskExtra(row) }
+
+// scanTaskExtra scans taskColumns followed by extra columns into extra.
+func scanTaskExtra(row pgx.Row, extra ...any) (TaskInfo, error) {
+	var (
+		t    TaskInfo
+		cost int64
+	)
+	dest := []any{&t.PlanID, &t.ID, &t.Status, &t.Priority, &t.Description, &t.Dependencies, &t.KeyFiles,
+		&t.AcceptanceCriteria, &t.TestSteps, &t.PRDRequirement, &t.Labels, &t.Gate.Decision, &t.Gate.Reasons,
+		&t.Attempts, &t.MaxAttempts, &t.NotBefore, &t.LeaseID, &t.LeaseExpiresAt, &t.ClaimedBy, &t.Version,
+		&cost, &t.LastError, &t.LastOutput, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt, &t.Round}
+	err := row.Scan(append(dest, extra...)...)
+	t.Cost = plan.USD(cost)
+	return t, err
+}
+
+// Tasks returns every task of a plan in file order.
+func (s *Store) Tasks(ctx context.Context, planID string) ([]TaskInfo, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE plan_id = $1 ORDER BY ord`, planID)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TaskInfo, error) { return scanTask(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	return tasks, nil
+}
+
+// TaskPage selects a page of a plan's tasks in file order.
+type TaskPage struct {
+	From   int         // the first order key to include: 0, or a next cursor
+	Limit  int         // default 1000, at most plan.MaxTaskPage
+	Status plan.Status // only tasks in this status ("" any)
+}
+
+// TaskPageOf returns a page of a plan's tasks and the order key the next page begins at
+// (-1 at the end).
+func (s *Store) TaskPageOf(ctx context.Context, planID string, pg TaskPage) ([]TaskInfo, int, error) {
+	if pg.Limit <= 0 {
+		pg.Limit = 1000
+	}
+	pg.Limit = min(pg.Limit, plan.MaxTaskPage)
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+`, ord FROM tasks
+		WHERE plan_id = $1 AND ord >= $2 AND ($3 = '' OR status = $3) ORDER BY ord LIMIT $4`,
+		planID, pg.From, string(pg.Status), pg.Limit+1)
+	if err != nil {
+		return nil, -1, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	var ords []int
+	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TaskInfo, error) {
+		var ord int
+		t, err := scanTaskExtra(r, &ord)
+		ords = append(ords, ord)
+		return t, err
+	})
+	if err != nil {
+		return nil, -1, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	if len(tasks) > pg.Limit {
+		return tasks[:pg.Limit], ords[pg.Limit], nil
+	}
+	return tasks, -1, nil
+}
+
+// GetTask returns one task.
+func (s *Store) GetTask(ctx context.Context, planID, taskID string) (TaskInfo, error) {
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks WHERE plan_id = $1 AND id = $2`, planID, taskID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, fmt.Errorf("task %s of plan %s: %w", taskID, planID, ErrNotFound)
+	}
+	if err != nil {
+		return t, fmt.Errorf("get task %s of plan %s: %w", taskID, planID, err)
+	}
+	return t, nil
 }
