@@ -115,33 +115,8 @@ func (a *app) printEvent(e eventLine, asJSON bool) error {
 	return err
 }
 
-// seenWindow remembers the ids printed lately, so that an event read twice (a late
-// commit's range read again, a resync) is printed once.
-type seenWindow struct {
-	ids   map[int64]struct{}
-	order []int64
-}
-
-const seenLimit = 1 << 16
-
-func (s *seenWindow) add(id int64) bool {
-	if s.ids == nil {
-		s.ids = map[int64]struct{}{}
-	}
-	if _, ok := s.ids[id]; ok {
-		return false
-	}
-	s.ids[id] = struct{}{}
-	s.order = append(s.order, id)
-	if len(s.order) > seenLimit {
-		delete(s.ids, s.order[0])
-		s.order = s.order[1:]
-	}
-	return true
-}
-
-// tailLocal follows the local database: the listener's notifications say when (and
-// which ids) to read.
+// tailLocal follows the local database with a queue.Follower, woken by the listener's
+// notifications.
 func (a *app) tailLocal(ctx context.Context, o eventsTailOptions) error {
 	st, closeDB, err := a.openStore(ctx)
 	if err != nil {
@@ -156,70 +131,23 @@ func (a *app) tailLocal(ctx context.Context, o eventsTailOptions) error {
 			a.log.ErrorContext(ctx, "event listener stopped", "error", err)
 		}
 	}()
-	// Subscribe before the first read, so that nothing written in between is missed.
-	wake, unsubscribe := ln.Subscribe(func(n queue.Notification) bool { return o.planID == "" || n.PlanID == o.planID })
-	defer unsubscribe()
-
-	var seen seenWindow
 	start := o.since // nothing at or below it is printed
 	if start < 0 {
 		if start, err = a.recentStart(ctx, st, o); err != nil {
 			return storeErr(err)
 		}
 	}
-	cursor := start // the highest id read
-	show := func(from int64) error {
-		for {
-			evs, err := st.Events(ctx, queue.EventFilter{PlanID: o.planID, After: from, Limit: 1000})
-			if err != nil {
+	f := st.Follow(ln, queue.FollowOptions{PlanID: o.planID, After: start})
+	defer f.Close()
+	for {
+		evs, err := f.Next(ctx, 0)
+		if err != nil {
+			return quietCancel(ctx, err)
+		}
+		for _, e := range evs {
+			if err := a.printEvent(storeEvent(e), o.asJSON); err != nil {
 				return err
 			}
-			for _, e := range evs {
-				if seen.add(e.ID) {
-					if err := a.printEvent(storeEvent(e), o.asJSON); err != nil {
-						return err
-					}
-				}
-				cursor = max(cursor, e.ID)
-				from = e.ID
-			}
-			if len(evs) < 1000 {
-				return nil
-			}
-		}
-	}
-	if err := show(cursor); err != nil {
-		return quietCancel(ctx, err)
-	}
-	// While the LISTEN connection is down nothing wakes us: read every second instead.
-	poll := time.NewTicker(time.Second)
-	defer poll.Stop()
-	for {
-		from := cursor
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-poll.C:
-			if ln.Ready() {
-				continue
-			}
-		case n := <-wake:
-			// Ids are handed out before commit: a late commit may bring ids below the
-			// cursor. Its notification names its range; read that range again. (A resync
-			// names none: reading after the cursor covers it.)
-			for more := true; more; {
-				if n.ID > 0 && n.Lowest() <= cursor {
-					from = max(min(from, n.Lowest()-1), start)
-				}
-				select {
-				case n = <-wake:
-				default:
-					more = false
-				}
-			}
-		}
-		if err := show(from); err != nil {
-			return quietCancel(ctx, err)
 		}
 	}
 }
@@ -294,7 +222,6 @@ func (a *app) tailRemote(ctx context.Context, o eventsTailOptions) error {
 			return envf("read events from %s: %v", o.connect, err)
 		}
 	}
-	var seen seenWindow
 	// Print what lies after the starting point first: the stream replays it too, but a
 	// stream that starts at 0 begins from now instead.
 	for {
@@ -309,10 +236,8 @@ func (a *app) tailRemote(ctx context.Context, o eventsTailOptions) error {
 			return envf("read events from %s: %v", o.connect, err)
 		}
 		for _, e := range page.Events {
-			if seen.add(e.ID) {
-				if err := a.printEvent(apiEvent(e), o.asJSON); err != nil {
-					return err
-				}
+			if err := a.printEvent(apiEvent(e), o.asJSON); err != nil {
+				return err
 			}
 			last = max(last, e.ID)
 		}
@@ -320,13 +245,12 @@ func (a *app) tailRemote(ctx context.Context, o eventsTailOptions) error {
 			break
 		}
 	}
+	// The control plane's follower sends each event once, never one at or below the
+	// Last-Event-ID a stream starts from: nothing is printed twice.
 	backoff := 200 * time.Millisecond
 	for {
 		err := api.StreamEvents(ctx, o.planID, last, func(e client.Event) error {
 			backoff = 200 * time.Millisecond
-			if !seen.add(e.ID) {
-				return nil
-			}
 			last = max(last, e.ID)
 			return a.printEvent(apiEvent(e), o.asJSON)
 		})

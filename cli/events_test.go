@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/control"
@@ -53,17 +55,6 @@ func testApp(t *testing.T, out, errOut *syncBuffer, env map[string]string) *app 
 	}
 	return newApp(IO{In: strings.NewReader(""), Out: out, Err: errOut, Getenv: func(k string) string { return env[k] }},
 		slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn})))
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func eventsPlan(id string, n int) *plan.Plan {
@@ -132,7 +123,7 @@ func TestEventsTailLocalPrintsRecentThenFollows(t *testing.T) {
 	a := testApp(t, &out, &errOut, map[string]string{"WHILLY_DATABASE_URL": dsn})
 	stop := runTail(t, a, "--plan", "mine", "--recent", "2")
 
-	waitUntil(t, "the two recent events", func() bool { return len(out.lines()) >= 2 })
+	testkit.Eventually(t, 30*time.Second, "the two recent events", func() bool { return len(out.lines()) >= 2 })
 	lines := out.lines()
 	if len(lines) != 2 || !strings.Contains(lines[0], "task.created") || !strings.Contains(lines[0], " T2 ") ||
 		!strings.Contains(lines[1], " T3 ") {
@@ -150,7 +141,7 @@ func TestEventsTailLocalPrintsRecentThenFollows(t *testing.T) {
 	if err != nil || c == nil {
 		t.Fatalf("claim: %v, %v", c, err)
 	}
-	waitUntil(t, "the CLAIM event", func() bool { return strings.Contains(out.String(), "CLAIM") })
+	testkit.Eventually(t, 30*time.Second, "the CLAIM event", func() bool { return strings.Contains(out.String(), "CLAIM") })
 	if err := stop(); err != nil {
 		t.Fatalf("events tail ended with %v, want nil on cancel", err)
 	}
@@ -177,7 +168,7 @@ func TestEventsTailSinceJSON(t *testing.T) {
 	var out, errOut syncBuffer
 	a := testApp(t, &out, &errOut, map[string]string{"WHILLY_DATABASE_URL": dsn})
 	stop := runTail(t, a, "--plan", "p", "--since", "0", "--json")
-	waitUntil(t, "the whole log", func() bool { return len(out.lines()) >= 4 }) // plan.created + 3 task.created
+	testkit.Eventually(t, 30*time.Second, "the whole log", func() bool { return len(out.lines()) >= 4 }) // plan.created + 3 task.created
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -202,35 +193,19 @@ func TestEventsTailRemote(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _ := newEventsStore(t)
-	ln := queue.NewListener(st.Pool(), nil)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = ln.Run(runCtx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	srv := httptest.NewServer(control.New(st, ln, nil, control.Config{}).Handler())
-	t.Cleanup(srv.Close)
-	token, _, err := st.MintToken(ctx, "viewer@example.com", false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, url, token := serveAPI(t, st)
 	if _, err := st.Import(ctx, eventsPlan("remote", 3), queue.ImportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
 	var out, errOut syncBuffer
 	a := testApp(t, &out, &errOut, map[string]string{"WHILLY_API_TOKEN": token})
-	stop := runTail(t, a, "--connect", srv.URL, "--plan", "remote", "--recent", "2")
-	waitUntil(t, "the two recent events", func() bool { return len(out.lines()) >= 2 })
+	stop := runTail(t, a, "--connect", url, "--plan", "remote", "--recent", "2")
+	testkit.Eventually(t, 30*time.Second, "the two recent events", func() bool { return len(out.lines()) >= 2 })
 	if l := out.lines(); !strings.Contains(l[0], " T2 ") || !strings.Contains(l[1], " T3 ") {
 		t.Fatalf("recent events:\n%s", out.String())
 	}
-	waitUntil(t, "the stream to be open", func() bool { return ln.Subscribers() > 0 })
+	testkit.Eventually(t, 30*time.Second, "the stream to be open", func() bool { return ln.Subscribers() > 0 })
 	w, _, err := st.RegisterWorker(ctx, "host", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +213,7 @@ func TestEventsTailRemote(t *testing.T) {
 	if c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: "remote"}); err != nil || c == nil {
 		t.Fatalf("claim: %v, %v", c, err)
 	}
-	waitUntil(t, "the CLAIM event from the stream", func() bool { return strings.Contains(out.String(), "CLAIM") })
+	testkit.Eventually(t, 30*time.Second, "the CLAIM event from the stream", func() bool { return strings.Contains(out.String(), "CLAIM") })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -250,10 +225,118 @@ func TestEventsTailRemote(t *testing.T) {
 	var out2, err2 syncBuffer
 	bad := testApp(t, &out2, &err2, map[string]string{"WHILLY_API_TOKEN": "nope"})
 	cmd := bad.eventsCommand()
-	cmd.SetArgs([]string{"tail", "--connect", srv.URL})
+	cmd.SetArgs([]string{"tail", "--connect", url})
 	cmd.SetOut(&out2)
 	cmd.SetErr(&err2)
 	if code := report(&err2, cmd.ExecuteContext(ctx)); code != ExitEnv {
 		t.Errorf("unknown token: exit %d, want %d (%s)", code, ExitEnv, err2.String())
+	}
+}
+
+// serveAPI serves st's API with a running listener; it returns the listener, the
+// server's URL and a read token.
+func serveAPI(t *testing.T, st *queue.Store) (*queue.Listener, string, string) {
+	t.Helper()
+	ln := queue.NewListener(st.Pool(), nil)
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ln.Run(runCtx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	srv := httptest.NewServer(control.New(st, ln, nil, control.Config{}).Handler())
+	t.Cleanup(srv.Close)
+	token, _, err := st.MintToken(context.Background(), "viewer@example.com", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln, srv.URL, token
+}
+
+// Event ids are drawn before commit. While a transaction holds an event open, the tail
+// prints nothing past it; once it commits, both events are printed, in id order, once.
+// A transaction that rolls back (which notifies nobody) does not stall the tail.
+func TestEventsTailPrintsALateCommitOnce(t *testing.T) {
+	t.Parallel()
+	for _, remote := range []bool{false, true} {
+		t.Run(map[bool]string{false: "local", true: "remote"}[remote], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st, dsn := newEventsStore(t)
+			var out, errOut syncBuffer
+			args := []string{"--plan", "late", "--since", "0", "--json"}
+			env := map[string]string{"WHILLY_DATABASE_URL": dsn}
+			var ln *queue.Listener
+			if remote {
+				var url, token string
+				ln, url, token = serveAPI(t, st)
+				env = map[string]string{"WHILLY_API_TOKEN": token}
+				args = append(args, "--connect", url)
+			}
+			stop := runTail(t, testApp(t, &out, &errOut, env), args...)
+			if remote {
+				testkit.Eventually(t, 30*time.Second, "the stream to be open", func() bool { return ln.Subscribers() > 0 })
+			}
+
+			insert := func(q interface {
+				QueryRow(context.Context, string, ...any) pgx.Row
+			}, typ string) int64 {
+				t.Helper()
+				var id int64
+				if err := q.QueryRow(ctx, `INSERT INTO events (plan_id, type) VALUES ('late', $1) RETURNING id`, typ).Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				return id
+			}
+			tx, err := st.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			open := insert(tx, "log.open")
+			later := insert(st.Pool(), "log.later")
+			time.Sleep(600 * time.Millisecond) // proving an absence: nothing may be printed while open is open
+			if got := out.String(); got != "" {
+				t.Fatalf("printed while event %d was open:\n%s", open, got)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, 30*time.Second, "both events", func() bool { return len(out.lines()) >= 2 })
+
+			tx2, err := st.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gone := insert(tx2, "log.gone")
+			last := insert(st.Pool(), "log.last")
+			time.Sleep(600 * time.Millisecond) // proving an absence: last is held back behind gone
+			if n := len(out.lines()); n != 2 {
+				t.Fatalf("%d lines while event %d was open, want 2:\n%s", n, gone, out.String())
+			}
+			if err := tx2.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, 30*time.Second, "the event after a rolled-back one", func() bool { return len(out.lines()) >= 3 })
+			time.Sleep(600 * time.Millisecond) // proving an absence: nothing is printed twice
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			var ids []int64
+			for _, line := range out.lines() {
+				var e eventLine
+				if err := json.Unmarshal([]byte(line), &e); err != nil {
+					t.Fatalf("not an event object: %q: %v", line, err)
+				}
+				ids = append(ids, e.ID)
+			}
+			if want := []int64{open, later, last}; !slices.Equal(ids, want) {
+				t.Errorf("printed ids %v, want %v once each, in order", ids, want)
+			}
+		})
 	}
 }

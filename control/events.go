@@ -1,8 +1,8 @@
 package control
 
 import (
-	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,9 +13,6 @@ import (
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/queue"
 )
-
-// eventPage is how many events one query reads.
-const eventPage = 1000
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -57,12 +54,9 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 // Last-Event-ID (or ?after=), then live ones as the listener announces them; with neither,
 // it starts from now. Each frame is "id: <event id>", "event: <type>", "data: <event JSON>".
 //
-// Event ids are handed out before commit, so a transaction may commit ids lower than one
-// already committed. The stream sends events only up to the first id a transaction in
-// flight may still commit (queue.Store.EventPage), so ids arrive in order and a reconnect
-// with Last-Event-ID misses nothing. Should a notification still name ids at or below the
-// cursor (a stream that began before an upgrade), that range is read again and the events
-// not sent yet are sent then.
+// queue.Follower decides what to send and when: each event once, in id order as far as
+// commits allow, never past an id a transaction in flight may still commit, so a
+// reconnect with Last-Event-ID misses nothing.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 	s.serveStream(w, r, principalFrom(r.Context()).scopes(), true)
 }
@@ -85,25 +79,19 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, scopes queu
 		s.writeError(w, r, err)
 		return
 	}
-	from, replay := r.Header.Get("Last-Event-ID"), true
+	from := r.Header.Get("Last-Event-ID")
 	if from == "" {
 		from = q.Get("after")
 	}
 	var cursor int64
-	if from == "" {
-		replay = false
-	} else {
+	if from != "" {
 		n, err := strconv.ParseInt(strings.TrimSpace(from), 10, 64)
 		if err != nil || n < 0 {
 			s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Last-Event-ID and after must be an event id (a whole number, 0 or more)."))
 			return
 		}
 		cursor = n
-	}
-	// Subscribe before reading anything, so that no event falls between replay and live.
-	wake, cancel := s.listener.Subscribe(func(n queue.Notification) bool { return planID == "" || n.PlanID == planID })
-	defer cancel()
-	if !replay {
+	} else {
 		id, err := s.store.LatestEventID(ctx, planID)
 		if err != nil {
 			s.writeError(w, r, err)
@@ -111,6 +99,8 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, scopes queu
 		}
 		cursor = id
 	}
+	f := s.store.Follow(s.listener, queue.FollowOptions{PlanID: planID, Scopes: scopes, After: cursor, Stop: s.draining})
+	defer f.Close()
 
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -119,233 +109,43 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, scopes queu
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any write timeout; unsupported is fine
-	st := &sseStream{s: s, w: w, rc: rc, planID: planID, scopes: scopes, named: named, start: cursor, cursor: cursor, sent: &idWindow{hi: cursor}}
-	if err := st.flush(); err != nil {
+	if err := rc.Flush(); err != nil {
 		s.log.WarnContext(ctx, "event stream cannot flush", "error", err)
 		return
 	}
-	if err := st.catchUp(ctx); err != nil {
-		st.end(ctx, err)
-		return
-	}
-	ping := time.NewTicker(s.cfg.SSEHeartbeat)
-	defer ping.Stop()
-	// While the LISTEN connection is down no notification comes: poll instead.
-	degraded := time.NewTicker(degradedPoll)
-	defer degraded.Stop()
-	recheck := time.NewTicker(heldRecheck)
-	defer recheck.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.draining:
-			return
-		case <-recheck.C:
-			if !st.held {
-				continue
-			}
-			if err := st.catchUp(ctx); err != nil {
-				st.end(ctx, err)
-				return
-			}
-		case <-degraded.C:
-			if s.listener.Ready() {
-				continue
-			}
-			if err := st.catchUp(ctx); err != nil {
-				st.end(ctx, err)
-				return
-			}
-		case <-ping.C:
-			if _, err := io.WriteString(w, ": ping\n\n"); err != nil {
-				return
-			}
-			if err := st.flush(); err != nil {
-				return
-			}
-		case n := <-wake:
-			late := st.late(nil, n)
-			for more := true; more; {
-				select {
-				case n := <-wake:
-					late = st.late(late, n)
-				default:
-					more = false
-				}
-			}
-			if err := st.catchUp(ctx); err != nil {
-				st.end(ctx, err)
-				return
-			}
-			if err := st.sendLate(ctx, late); err != nil {
-				st.end(ctx, err)
-				return
-			}
+		evs, err := f.Next(ctx, s.cfg.SSEHeartbeat)
+		if err == nil && len(evs) == 0 {
+			_, err = io.WriteString(w, ": ping\n\n")
 		}
-	}
-}
-
-type sseStream struct {
-	s      *Server
-	w      http.ResponseWriter
-	rc     *http.ResponseController
-	planID string
-	scopes queue.Scopes // only events of plans these allow
-	named  bool         // frames carry an "event: <type>" line
-	start  int64        // the stream begins after this id
-	cursor int64        // the highest id sent, or start
-	sent   *idWindow    // which recent ids were sent
-	held   bool         // the last catch-up stopped before an id still in flight
-}
-
-// idRange is a range of event ids of one plan ("" for any).
-type idRange struct {
-	planID string
-	lo, hi int64
-}
-
-func (st *sseStream) flush() error { return st.rc.Flush() }
-
-// end closes a stream that failed; the client reconnects with its Last-Event-ID.
-func (st *sseStream) end(ctx context.Context, err error) {
-	if ctx.Err() == nil {
-		st.s.log.WarnContext(ctx, "event stream ended", "plan_id", st.planID, "error", err)
-	}
-}
-
-// late adds the part of n's id range that lies at or below the cursor — ids a scan after
-// the cursor would never see — to ranges. Ids from before the stream began, and ids too
-// old for the sent window to tell apart, are left out.
-func (st *sseStream) late(ranges []idRange, n queue.Notification) []idRange {
-	if n.ID <= 0 {
-		return ranges // a resync: the scan after the cursor covers it
-	}
-	hi := min(n.ID, st.cursor)
-	lo := max(n.Lowest(), st.start+1, st.sent.floor()+1)
-	if lo > hi {
-		return ranges
-	}
-	planID := st.planID
-	if planID == "" {
-		planID = n.PlanID
-	}
-	return append(ranges, idRange{planID: planID, lo: lo, hi: hi})
-}
-
-// catchUp sends every event after the cursor, page by page, up to the first id a
-// transaction in flight may still commit; st.held says events were held back there.
-func (st *sseStream) catchUp(ctx context.Context) error {
-	for {
-		page, err := st.s.store.EventPage(ctx, queue.EventFilter{PlanID: st.planID, After: st.cursor, Limit: eventPage, Scopes: st.scopes})
+		for i := 0; err == nil && i < len(evs); i++ {
+			err = writeFrame(w, evs[i], named)
+		}
+		if err == nil {
+			err = rc.Flush()
+		}
 		if err != nil {
-			return err
-		}
-		st.held = page.Held
-		for _, e := range page.Events {
-			if err := st.send(e); err != nil {
-				return err
+			if ctx.Err() == nil && !errors.Is(err, queue.ErrFollowStopped) {
+				// The client reconnects with its Last-Event-ID.
+				s.log.WarnContext(ctx, "event stream ended", "plan_id", planID, "error", err)
 			}
-		}
-		if err := st.flush(); err != nil {
-			return err
-		}
-		if len(page.Events) < eventPage {
-			return nil
+			return
 		}
 	}
 }
 
-// heldRecheck is how soon a stream whose events were held back behind a transaction in
-// flight looks again: that transaction may end by rolling back, which notifies nobody.
-const heldRecheck = 250 * time.Millisecond
-
-// sendLate reads the late ranges again and sends the events not sent yet.
-func (st *sseStream) sendLate(ctx context.Context, ranges []idRange) error {
-	for _, r := range ranges {
-		for after := r.lo - 1; after < r.hi; {
-			evs, err := st.s.store.Events(ctx, queue.EventFilter{PlanID: r.planID, After: after, Limit: eventPage, Scopes: st.scopes})
-			if err != nil {
-				return err
-			}
-			for _, e := range evs {
-				if e.ID > r.hi {
-					break
-				}
-				if !st.sent.has(e.ID) {
-					if err := st.send(e); err != nil {
-						return err
-					}
-				}
-			}
-			if len(evs) < eventPage {
-				break
-			}
-			after = evs[len(evs)-1].ID
-		}
-	}
-	if len(ranges) == 0 {
-		return nil
-	}
-	return st.flush()
-}
-
-func (st *sseStream) send(e queue.Event) error {
+// writeFrame writes one event as a server-sent event frame.
+func writeFrame(w io.Writer, e queue.Event, named bool) error {
 	data, err := json.Marshal(eventWire(e))
 	if err != nil {
 		return fmt.Errorf("encode event %d: %w", e.ID, err)
 	}
 	name := ""
-	if st.named {
+	if named {
 		name = "event: " + strings.NewReplacer("\r", " ", "\n", " ").Replace(e.Type) + "\n"
 	}
-	if _, err := fmt.Fprintf(st.w, "id: %d\n%sdata: %s\n\n", e.ID, name, data); err != nil {
+	if _, err := fmt.Fprintf(w, "id: %d\n%sdata: %s\n\n", e.ID, name, data); err != nil {
 		return fmt.Errorf("write event %d: %w", e.ID, err)
 	}
-	st.cursor = max(st.cursor, e.ID)
-	st.sent.mark(e.ID)
 	return nil
-}
-
-// windowIDs is how many of the most recent ids an idWindow remembers.
-const windowIDs = 1 << 16
-
-// idWindow remembers which ids in (hi-windowIDs, hi] were marked, in 8 KiB.
-type idWindow struct {
-	hi   int64
-	bits [windowIDs / 64]uint64
-}
-
-// floor is the highest id the window has forgotten.
-func (w *idWindow) floor() int64 { return w.hi - windowIDs }
-
-func (w *idWindow) slot(id int64) (int, uint64) {
-	i := uint64(id) % windowIDs
-	return int(i / 64), 1 << (i % 64)
-}
-
-func (w *idWindow) mark(id int64) {
-	if id > w.hi {
-		if id-w.hi >= windowIDs {
-			clear(w.bits[:])
-		} else {
-			for x := w.hi + 1; x <= id; x++ {
-				word, bit := w.slot(x)
-				w.bits[word] &^= bit
-			}
-		}
-		w.hi = id
-	}
-	if id > w.floor() {
-		word, bit := w.slot(id)
-		w.bits[word] |= bit
-	}
-}
-
-func (w *idWindow) has(id int64) bool {
-	if id > w.hi || id <= w.floor() {
-		return false
-	}
-	word, bit := w.slot(id)
-	return w.bits[word]&bit != 0
 }

@@ -1,7 +1,8 @@
 // Package testkit holds helpers for tests, and only for tests: a fresh, migrated
 // Postgres database per test, cloned from a template on a private cluster that every
 // test binary of a `go test` run shares; the fake GitHub of internal/fakegithub wrapped
-// to fail the test on what it reports; signed webhook requests from the real payloads.
+// to fail the test on what it reports; signed webhook requests from the real payloads;
+// Eventually, the one way a test waits for a condition it can only poll.
 //
 // It imports testing, pglocal, migrations, pgx and pgtestdb; no non-test code may
 // import it.

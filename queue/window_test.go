@@ -1,4 +1,4 @@
-package control
+package queue
 
 import "testing"
 
@@ -20,6 +20,11 @@ func TestIDWindow(t *testing.T) {
 	w.mark(103 + windowIDs - 1)
 	if !w.has(103) || w.has(101) || w.has(90) || w.has(103+windowIDs-3) {
 		t.Error("sliding by less than the window")
+	}
+	// Unmarking forgets one id and nothing else.
+	w.unmark(103)
+	if w.has(103) || !w.has(103+windowIDs-1) {
+		t.Error("unmarking")
 	}
 	// A jump beyond the window forgets everything.
 	w.mark(10 * windowIDs)

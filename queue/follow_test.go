@@ -1,0 +1,309 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// collected is what a follower handed out, in order, and the error that ended it.
+type collected struct {
+	mu  sync.Mutex
+	ids []int64
+	err error
+}
+
+func (c *collected) snapshot() ([]int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.ids), c.err
+}
+
+// follow runs f.Next on its own goroutine until the test ends.
+func follow(t *testing.T, f *queue.Follower) *collected {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &collected{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			evs, err := f.Next(ctx, 0)
+			c.mu.Lock()
+			for _, e := range evs {
+				c.ids = append(c.ids, e.ID)
+			}
+			if err != nil && ctx.Err() == nil {
+				c.err = err
+			}
+			c.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		f.Close()
+	})
+	return c
+}
+
+// A transaction holds a lower id open while a later one commits: the follower hands out
+// nothing past the open id until it commits, then both, in id order. Racing writers that
+// do the same over and over, with multi-row statements and rollbacks among them, are
+// followed exactly once and in order.
+func TestFollowerHandsOutEveryEventOnceInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	ln := runListener(t, pool)
+	before := ln.Subscribers()
+	c := follow(t, st.Follow(ln, queue.FollowOptions{PlanID: "f"}))
+	testkit.Eventually(t, 10*time.Second, "the follower to subscribe", func() bool { return ln.Subscribers() > before })
+
+	// One late commit, step by step.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var open, later int64
+	if err := tx.QueryRow(ctx, `INSERT INTO events (plan_id, type) VALUES ('f', 'log.open') RETURNING id`).Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `INSERT INTO events (plan_id, type) VALUES ('f', 'log.later') RETURNING id`).Scan(&later); err != nil {
+		t.Fatal(err)
+	}
+	// Long enough for the notification of later and a held-back recheck to be acted on.
+	time.Sleep(600 * time.Millisecond)
+	if ids, err := c.snapshot(); len(ids) != 0 || err != nil {
+		t.Fatalf("handed out %v (%v) while event %d was still open", ids, err, open)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "both events after the commit", func() bool {
+		ids, _ := c.snapshot()
+		return len(ids) >= 2
+	})
+	if ids, err := c.snapshot(); !slices.Equal(ids, []int64{open, later}) || err != nil {
+		t.Fatalf("after the commit: %v (%v), want [%d %d]", ids, err, open, later)
+	}
+
+	// Racing writers: each round holds a transaction open while a later id commits, and
+	// some rounds roll back.
+	committed, gone := raceWriters(t, pool, "f", 4, 25)
+	want := append([]int64{open, later}, committed...)
+	slices.Sort(want)
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("the %d committed events", len(want)), func() bool {
+		ids, err := c.snapshot()
+		return len(ids) >= len(want) || err != nil
+	})
+	// Anything handed out twice, or a rolled-back id, would come within a recheck or two.
+	time.Sleep(600 * time.Millisecond)
+	ids, err := c.snapshot()
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	if !slices.Equal(ids, want) {
+		t.Errorf("handed out %d events, want the %d committed ones once each in id order", len(ids), len(want))
+		for i := range max(len(ids), len(want)) {
+			var got, w int64
+			if i < len(ids) {
+				got = ids[i]
+			}
+			if i < len(want) {
+				w = want[i]
+			}
+			if got != w {
+				t.Errorf("first difference at %d: got %d, want %d (rolled back: %v)", i, got, w, slices.Contains(gone, got))
+				break
+			}
+		}
+	}
+}
+
+// raceWriters runs pairs rounds on each of writers goroutines. A round opens a
+// transaction, inserts one to three events in one statement, commits a later event in
+// another transaction meanwhile, inserts and rolls back a third every fifth round, and
+// then commits the first (or rolls it back every seventh round). It returns the committed
+// ids and the rolled-back ones.
+func raceWriters(t *testing.T, pool *pgxpool.Pool, planID string, writers, rounds int) (committed, gone []int64) {
+	t.Helper()
+	ctx := context.Background()
+	// A round holds up to three connections at once: give every writer its own.
+	cfg := pool.Config().Copy()
+	cfg.MaxConns = int32(3 * writers)
+	wp, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wp.Close()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for r := range rounds {
+				c, g, err := writeRound(ctx, wp, planID, w, r)
+				mu.Lock()
+				committed = append(committed, c...)
+				gone = append(gone, g...)
+				mu.Unlock()
+				if err != nil {
+					errs <- fmt.Errorf("writer %d round %d: %w", w, r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return committed, gone
+}
+
+func writeRound(ctx context.Context, pool *pgxpool.Pool, planID string, w, r int) (committed, gone []int64, err error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, `INSERT INTO events (plan_id, type) SELECT $1, 'log.held' FROM generate_series(1, $2) RETURNING id`, planID, 1+(w+r)%3)
+	if err != nil {
+		return nil, nil, err
+	}
+	var held []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, nil, err
+		}
+		held = append(held, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	var later int64
+	if err := pool.QueryRow(ctx, `INSERT INTO events (plan_id, type) VALUES ($1, 'log.later') RETURNING id`, planID).Scan(&later); err != nil {
+		return nil, nil, err
+	}
+	committed = append(committed, later)
+	if r%5 == 0 {
+		tx2, err := pool.Begin(ctx)
+		if err != nil {
+			return committed, nil, err
+		}
+		var id int64
+		err = tx2.QueryRow(ctx, `INSERT INTO events (plan_id, type) VALUES ($1, 'log.gone') RETURNING id`, planID).Scan(&id)
+		_ = tx2.Rollback(ctx)
+		if err != nil {
+			return committed, nil, err
+		}
+		gone = append(gone, id)
+	}
+	if r%7 == 0 {
+		return committed, append(gone, held...), tx.Rollback(ctx)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return committed, gone, err
+	}
+	return append(committed, held...), gone, nil
+}
+
+// A writer that draws its id without announcing a floor (a raw nextval) can still commit
+// below the follower's cursor; its notification names the range, and the follower hands
+// the late events out then, once.
+func TestFollowerHandsOutAnEventCommittedBelowItsCursor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	ln := runListener(t, pool)
+	f := st.Follow(ln, queue.FollowOptions{PlanID: "g"})
+	defer f.Close()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var reserved, between int64
+	if err := tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('events', 'id'))`).Scan(&reserved); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `INSERT INTO events (plan_id, type) VALUES ('g', 'log.between') RETURNING id`).Scan(&between); err != nil {
+		t.Fatal(err)
+	}
+	next := func() []int64 {
+		t.Helper()
+		nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		evs, err := f.Next(nctx, 0)
+		if err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+		var ids []int64
+		for _, e := range evs {
+			ids = append(ids, e.ID)
+		}
+		return ids
+	}
+	if ids := next(); !slices.Equal(ids, []int64{between}) {
+		t.Fatalf("first = %v, want [%d]", ids, between)
+	}
+	if f.Cursor() != between {
+		t.Fatalf("cursor = %d, want %d", f.Cursor(), between)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO events (id, plan_id, type) VALUES ($1, 'g', 'log.group'), (DEFAULT, 'g', 'log.group')`, reserved); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for len(got) < 2 {
+		got = append(got, next()...)
+	}
+	slices.Sort(got)
+	if len(got) != 2 || got[0] != reserved || got[1] <= between {
+		t.Fatalf("after the commit: %v, want %d (below the cursor) and one id above %d", got, reserved, between)
+	}
+	// Nothing is handed out twice.
+	idle, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	defer cancel()
+	if evs, err := f.Next(idle, 0); len(evs) != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("then Next = %d events, %v; want none until the deadline", len(evs), err)
+	}
+}
+
+// Next returns no events after idle (so the caller can send a keep-alive), and
+// ErrFollowStopped once Stop closes.
+func TestFollowerIdleAndStop(t *testing.T) {
+	t.Parallel()
+	st, pool := newStore(t)
+	ln := runListener(t, pool)
+	stop := make(chan struct{})
+	f := st.Follow(ln, queue.FollowOptions{Stop: stop})
+	defer f.Close()
+	ctx := context.Background()
+	start := time.Now()
+	if evs, err := f.Next(ctx, 50*time.Millisecond); len(evs) != 0 || err != nil || time.Since(start) < 50*time.Millisecond {
+		t.Errorf("idle Next = %d events, %v after %v; want none and no error after 50ms", len(evs), err, time.Since(start))
+	}
+	close(stop)
+	if _, err := f.Next(ctx, 0); !errors.Is(err, queue.ErrFollowStopped) {
+		t.Errorf("Next after Stop = %v, want ErrFollowStopped", err)
+	}
+}
