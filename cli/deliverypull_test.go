@@ -67,7 +67,7 @@ func TestPullModeTakesADeliveryFromTheLogOnceWithTwoReplicas(t *testing.T) {
 	d := gh.LogDelivery("issues", "72d3162e-cc78-11e3-81ab-4c9367dc0958", payload)
 	other := gh.LogDelivery("star", "0b4c5b1e-0000-11e3-81ab-4c9367dc0958", []byte(`{"action":"created"}`))
 
-	waitFor(t, 30*time.Second, "the issue to be in progress", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the issue to be in progress", func() bool {
 		return slicesContain(gh.IssueLabels(repo, issue), ghapp.LabelInProgress)
 	})
 	// A redelivery of the same delivery shows up in the log with a new id.
@@ -75,7 +75,7 @@ func TestPullModeTakesADeliveryFromTheLogOnceWithTwoReplicas(t *testing.T) {
 		Event: "issues", Action: "labeled", Payload: payload})
 	// Let several more polls run, on either replica.
 	polls := gh.CountRequests("GET", `/app/hook/deliveries`)
-	waitFor(t, 30*time.Second, "five more polls", func() bool { return gh.CountRequests("GET", `/app/hook/deliveries`) >= polls+5 })
+	testkit.Eventually(t, 30*time.Second, "five more polls", func() bool { return gh.CountRequests("GET", `/app/hook/deliveries`) >= polls+5 })
 
 	if n := gh.CountRequests("GET", `/app/hook/deliveries/`+strconv.FormatInt(d.ID, 10)); n != 1 {
 		t.Errorf("the delivery was fetched %d times, want once", n)
@@ -110,17 +110,6 @@ func TestPullModeTakesADeliveryFromTheLogOnceWithTwoReplicas(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d plans from the issue, want 1", n)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 )
 
 // TestAuthMatrix checks every kind of token against every kind of endpoint: 401 for a
@@ -149,7 +150,7 @@ func TestWorkerTokenCache(t *testing.T) {
 	if _, err := e.store.RevokeWorker(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the revoked token refused", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the revoked token refused", func() bool {
 		c, err := w.Claim(ctx, client.ClaimRequest{PlanID: "cache"})
 		if c != nil {
 			t.Fatalf("a revoked worker was given %s", c.Task.ID)

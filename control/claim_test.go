@@ -13,6 +13,7 @@ import (
 
 	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
@@ -53,7 +54,7 @@ func TestLongPollReturnsWhenATaskAppears(t *testing.T) {
 	var lat []time.Duration
 	for i := range rounds {
 		ch := claimAsync(ctx, w, client.ClaimRequest{WaitSeconds: 20})
-		waitFor(t, "the claim to wait", func() bool { return e.listener.Subscribers() == 1 })
+		testkit.Eventually(t, 20*time.Second, "the claim to wait", func() bool { return e.listener.Subscribers() == 1 })
 		p, err := plan.Parse([]byte(planDoc(fmt.Sprintf("late-%d", i), "T1")))
 		if err != nil {
 			t.Fatal(err)
@@ -67,7 +68,7 @@ func TestLongPollReturnsWhenATaskAppears(t *testing.T) {
 			t.Fatalf("round %d: claim = %+v, %v", i, r.claim, r.err)
 		}
 		lat = append(lat, max(r.at.Sub(ready), 0))
-		waitFor(t, "the handler to finish", func() bool { return e.listener.Subscribers() == 0 })
+		testkit.Eventually(t, 20*time.Second, "the handler to finish", func() bool { return e.listener.Subscribers() == 0 })
 	}
 	slices.Sort(lat)
 	t.Logf("ready → claimed over HTTP, %d rounds: p50 %v, max %v", rounds, lat[rounds/2], lat[rounds-1])
@@ -94,7 +95,7 @@ func TestIdleLongPollMakesNoQueries(t *testing.T) {
 	ch := claimAsync(ctx, w, client.ClaimRequest{PlanID: "mine", WaitSeconds: wait.Seconds()})
 
 	// Another plan is imported while the claim waits: 201 NOTIFYs it must ignore.
-	waitFor(t, "the claim to wait", func() bool { return e.listener.Subscribers() == 1 })
+	testkit.Eventually(t, 20*time.Second, "the claim to wait", func() bool { return e.listener.Subscribers() == 1 })
 	p, err := plan.Parse([]byte(planDoc("busy", seq("B", 200)...)))
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +359,7 @@ func TestDrainEndsLongPollsAndStreams(t *testing.T) {
 	go func() {
 		streamDone <- e.client(e.read).StreamEvents(ctx, "", 0, func(client.Event) error { return nil })
 	}()
-	waitFor(t, "the claim and the stream to wait", func() bool { return e.listener.Subscribers() == 2 })
+	testkit.Eventually(t, 20*time.Second, "the claim and the stream to wait", func() bool { return e.listener.Subscribers() == 2 })
 	begin := time.Now()
 	e.server.Drain()
 	if r := receive(t, claim); r.err != nil || r.claim != nil {

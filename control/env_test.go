@@ -108,7 +108,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		cancel()
 		<-done
 	})
-	waitFor(t, "listener ready", ln.Ready)
+	testkit.Eventually(t, 20*time.Second, "listener ready", ln.Ready)
 
 	if opts.control.BootstrapToken == "" {
 		opts.control.BootstrapToken = bootstrapToken
@@ -125,17 +125,6 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		t.Fatal(err)
 	}
 	return e
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func (e *env) client(token string) *client.Client {

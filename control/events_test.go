@@ -11,6 +11,7 @@ import (
 
 	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 )
 
 // stream follows the event stream of a plan in the background and hands over its events.
@@ -32,7 +33,7 @@ func stream(t *testing.T, e *env, planID string, lastEventID int64) <-chan clien
 			t.Errorf("StreamEvents ended with %v", err)
 		}
 	})
-	waitFor(t, "the stream to subscribe", func() bool { return e.listener.Subscribers() > before })
+	testkit.Eventually(t, 20*time.Second, "the stream to subscribe", func() bool { return e.listener.Subscribers() > before })
 	return out
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -249,7 +250,7 @@ func TestAttemptLogFollowerWakesAndIdlesFree(t *testing.T) {
 	subs := e.listener.Subscribers()
 	first := len(e.queries.snapshot())
 	ch := follow(4)
-	waitFor(t, "the follower's first read", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the follower's first read", func() bool {
 		for _, q := range e.queries.snapshot()[first:] {
 			if strings.Contains(q.sql, "LEFT JOIN attempt_logs") && !q.end.IsZero() {
 				return true
@@ -292,7 +293,7 @@ func TestAttemptLogFollowerWakesAndIdlesFree(t *testing.T) {
 
 	// The attempt ends while a follower waits: it is answered at once, not at its deadline.
 	ch = follow(8)
-	waitFor(t, "the follower to wait", func() bool { return e.listener.Subscribers() == subs+1 })
+	testkit.Eventually(t, 20*time.Second, "the follower to wait", func() bool { return e.listener.Subscribers() == subs+1 })
 	ended := time.Now()
 	if _, err := w.Fail(ctx, "f", c.Task.ID, client.FailRequest{LeaseID: c.Lease.ID, Reason: "agent_error"}); err != nil {
 		t.Fatal(err)

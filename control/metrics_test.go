@@ -6,9 +6,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -213,7 +215,7 @@ func TestMetricsClaimsWaiting(t *testing.T) {
 		t.Fatalf("whilly_claims_waiting = %s before any claim, want 0", got)
 	}
 	ch := claimAsync(context.Background(), w, client.ClaimRequest{PlanID: "wait/1", WaitSeconds: 20})
-	waitFor(t, "the claim to be counted as waiting", func() bool { return waiting() == "1" })
+	testkit.Eventually(t, 20*time.Second, "the claim to be counted as waiting", func() bool { return waiting() == "1" })
 	e.importPlan(`{"plan_id": "wait/1", "project": "Waiting", "tasks": [
 		{"id": "A", "priority": "high", "description": "a task no worker may take", "labels": ["gpu"]},
 		{"id": "B", "priority": "high", "description": "a task any worker may take"}]}`)

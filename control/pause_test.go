@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
@@ -48,7 +49,7 @@ func TestFleetPauseOverHTTP(t *testing.T) {
 	}
 	// One that waits is not woken into a claim by new work while paused.
 	waiting := claimAsync(ctx, idle, client.ClaimRequest{PlanID: "p", WaitSeconds: 25})
-	waitFor(t, "the claim to wait", func() bool { return e.listener.Subscribers() == 1 })
+	testkit.Eventually(t, 20*time.Second, "the claim to wait", func() bool { return e.listener.Subscribers() == 1 })
 	e.importPlan(planDoc("p", "T1", "T2", "T3"))
 	if c, err := e.client(e.admin).GetPlan(ctx, "p"); err != nil || c.Total != 3 {
 		t.Fatalf("plan = %+v, %v", c, err)
@@ -165,7 +166,7 @@ func TestPlanPauseResumeApproveOverHTTP(t *testing.T) {
 		t.Fatalf("claim of a paused plan = %+v, %v; want nothing at once", c, err)
 	}
 	waiting := claimAsync(ctx, w, client.ClaimRequest{WaitSeconds: 25})
-	waitFor(t, "the claim to wait", func() bool { return e.listener.Subscribers() == 1 })
+	testkit.Eventually(t, 20*time.Second, "the claim to wait", func() bool { return e.listener.Subscribers() == 1 })
 	if res, err = admin.ResumePlan(ctx, id); err != nil || !res.Changed || res.Plan.Status != plan.PlanActive {
 		t.Fatalf("resume = %+v, %v", res, err)
 	}

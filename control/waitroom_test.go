@@ -8,6 +8,7 @@ import (
 
 	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 )
 
 // A task appearing in a plan that many claims wait on wakes one of them, not the herd:
@@ -36,7 +37,7 @@ func TestWaitingClaimsAreNotAHerd(t *testing.T) {
 		w, _ := e.worker()
 		go func() { results <- <-claimAsync(ctx, w, client.ClaimRequest{PlanID: "herd", WaitSeconds: 20}) }()
 	}
-	waitFor(t, "every claim to be asleep", func() bool { return waiting() == "20" })
+	testkit.Eventually(t, 20*time.Second, "every claim to be asleep", func() bool { return waiting() == "20" })
 	if got := e.listener.Subscribers(); got != 1 {
 		t.Errorf("%d listener subscriptions for %d alike claims, want 1", got, n)
 	}
@@ -57,7 +58,7 @@ func TestWaitingClaimsAreNotAHerd(t *testing.T) {
 	if r.err != nil || r.claim == nil || r.claim.Task.ID != "A" {
 		t.Fatalf("claim = %+v, %v; want task A", r.claim, r.err)
 	}
-	waitFor(t, "the other claims to be asleep again", func() bool { return waiting() == "19" })
+	testkit.Eventually(t, 20*time.Second, "the other claims to be asleep again", func() bool { return waiting() == "19" })
 	if k := nextReady(from); k > 2 {
 		t.Errorf("one task woke %d claims that found nothing (next-retry lookups); want at most 2 of %d", k, n-1)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 )
 
@@ -61,7 +62,7 @@ func TestWorkersOutliveAControlPlaneRestart(t *testing.T) {
 		workers = append(workers, c.worker(fmt.Sprintf("worker-%d", i+1), base, []string{"WHILLY_AGENT=sim"}, "--plan", "restart", "--drain"))
 	}
 	// Nothing is claimable: each worker holds one connection, its waiting claim.
-	eventually(t, 60*time.Second, "three workers waiting in long-poll", func() bool { return established(port) >= 3 })
+	testkit.Eventually(t, 60*time.Second, "three workers waiting in long-poll", func() bool { return established(port) >= 3 })
 
 	first.kill(syscall.SIGKILL)
 	first.wait(t, 30*time.Second)
@@ -71,7 +72,7 @@ func TestWorkersOutliveAControlPlaneRestart(t *testing.T) {
 		}
 	}
 	c.serve("serve-2", addr)
-	eventually(t, 60*time.Second, "the workers to wait on the new control plane", func() bool { return established(port) >= 3 })
+	testkit.Eventually(t, 60*time.Second, "the workers to wait on the new control plane", func() bool { return established(port) >= 3 })
 
 	c.openGate(base, "restart")
 	for _, w := range workers {

@@ -47,16 +47,16 @@ func TestPullModeSurvivesAKilledReplica(t *testing.T) {
 		}
 	}
 	label(1)
-	eventually(t, 60*time.Second, "issue 1 in progress", inProgress(1))
+	testkit.Eventually(t, 60*time.Second, "issue 1 in progress", inProgress(1))
 	a.kill(syscall.SIGKILL)
 	a.wait(t, 10*time.Second)
 	label(2)
 	label(3)
-	eventually(t, 150*time.Second, "issues 2 and 3 in progress after the kill", func() bool { return inProgress(2)() && inProgress(3)() })
+	testkit.Eventually(t, 150*time.Second, "issues 2 and 3 in progress after the kill", func() bool { return inProgress(2)() && inProgress(3)() })
 
 	// A few more polls: nothing is taken twice.
 	polls := gh.CountRequests("GET", `/app/hook/deliveries`)
-	eventually(t, 30*time.Second, "three more polls", func() bool { return gh.CountRequests("GET", `/app/hook/deliveries`) >= polls+3 })
+	testkit.Eventually(t, 30*time.Second, "three more polls", func() bool { return gh.CountRequests("GET", `/app/hook/deliveries`) >= polls+3 })
 	for n := 1; n <= 3; n++ {
 		if cs := gh.IssueComments(repo, n); len(cs) != 1 {
 			t.Errorf("issue %d has %d comments, want the one status comment", n, len(cs))

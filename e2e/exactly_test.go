@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/whilly-go/whilly/internal/testkit"
 )
 
 // costlyAgent writes a command agent that appends its task id to $E2E_DIR/runs, records
@@ -88,7 +90,7 @@ func TestServeKilledWhileAgentsFinish(t *testing.T) {
 	for _, name := range []string{"worker-1", "worker-2", "worker-3"} {
 		workers = append(workers, c.worker(name, base, env, "--plan", "outage", "--drain"))
 	}
-	eventually(t, 60*time.Second, "every task's agent to start", func() bool { return len(agentRuns(t, dir)) == n })
+	testkit.Eventually(t, 60*time.Second, "every task's agent to start", func() bool { return len(agentRuns(t, dir)) == n })
 	// The fault schedule, not a wait for a condition: the agents are 2 s into their 4 s.
 	time.Sleep(2 * time.Second)
 	first.kill(syscall.SIGKILL)
@@ -132,7 +134,7 @@ func TestRestartedWorkerReleasesWhatItsPredecessorHeld(t *testing.T) {
 	killLeftovers(t, func() []int { return []int{readPID(filepath.Join(dir, "T001.1.pid"))} })
 	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=E2E_DIR"}
 	first := c.worker("worker-first", base, env, "--plan", "restarted", "--drain")
-	eventually(t, 60*time.Second, "the first run's agent to start", func() bool { return readPID(filepath.Join(dir, "T001.1.pid")) > 0 })
+	testkit.Eventually(t, 60*time.Second, "the first run's agent to start", func() bool { return readPID(filepath.Join(dir, "T001.1.pid")) > 0 })
 	first.kill(syscall.SIGKILL)
 	first.wait(t, 30*time.Second)
 

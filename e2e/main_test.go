@@ -77,19 +77,6 @@ func build(dir string) error {
 
 const bootstrapToken = "e2e-bootstrap-token-0123456789abcdef"
 
-// eventually polls cond every few milliseconds until it holds, and fails the test when it
-// still does not after timeout. Deadlines are generous: the machine may be busy.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // lockedBuffer collects a process's output.
 type lockedBuffer struct {
 	mu  sync.Mutex
@@ -246,7 +233,7 @@ func (c *cluster) serve(name, addr string) *proc {
 	env := append([]string{"WHILLY_DATABASE_URL=" + c.dsn, "WHILLY_BOOTSTRAP_TOKEN=" + bootstrapToken}, c.env...)
 	p := start(c.t, name, bins.whilly, env, "serve", "--listen", addr)
 	api := c.api("http://"+addr, bootstrapToken)
-	eventually(c.t, 60*time.Second, name+" to be ready", func() bool {
+	testkit.Eventually(c.t, 60*time.Second, name+" to be ready", func() bool {
 		if p.exited() {
 			c.t.Fatalf("%s exited: %v\n%s", name, p.state, p.stderr.String())
 		}

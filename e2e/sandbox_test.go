@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/sandbox"
 )
 
@@ -51,7 +52,7 @@ func TestSIGKILLedWorkersSandboxDiesWithIt(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 60*time.Second, "the boxed agent's daemons to run", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the boxed agent's daemons to run", func() bool {
 		for _, s := range sizes() {
 			if s == 0 {
 				return false
@@ -72,7 +73,7 @@ func TestSIGKILLedWorkersSandboxDiesWithIt(t *testing.T) {
 		}
 		return true
 	}
-	eventually(t, 10*time.Second, "every process of the killed worker's box to die", still)
+	testkit.Eventually(t, 10*time.Second, "every process of the killed worker's box to die", still)
 	if !still() {
 		t.Errorf("a process of the box came back to life")
 	}

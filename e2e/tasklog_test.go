@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -37,11 +38,11 @@ func TestTaskLogFollowsASimAttemptThroughARealWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	// The attempt is running: start following it, and read a chunk of it meanwhile.
-	eventually(t, 30*time.Second, "the task to start", func() bool { return c.task("logs", "T001").status == "IN_PROGRESS" })
+	testkit.Eventually(t, 30*time.Second, "the task to start", func() bool { return c.task("logs", "T001").status == "IN_PROGRESS" })
 	follower := start(t, "task log", bins.whilly, []string{"WHILLY_DATABASE_URL=postgres://nobody@127.0.0.1:1/none"},
 		"task", "log", "logs", "T001", "--follow", "--connect", base, "--token-file", tokenFile)
 	var live client.AttemptLog
-	eventually(t, 30*time.Second, "a chunk of the log while the attempt runs", func() bool {
+	testkit.Eventually(t, 30*time.Second, "a chunk of the log while the attempt runs", func() bool {
 		lg, err := api.AttemptLog(ctx, "logs", "T001", client.LogQuery{})
 		if err != nil || lg.Text == "" || !lg.Running {
 			return false

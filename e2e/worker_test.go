@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/whilly-go/whilly/internal/testkit"
 )
 
 // whilly serve and three whilly-worker processes with a command agent drain a 30-task
@@ -95,7 +97,7 @@ fi`)
 	byID := map[string]workerProc{a.id: a, b.id: b}
 
 	agentPID := filepath.Join(dir, "T001.1.pid")
-	eventually(t, 60*time.Second, "the first attempt's agent to start", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the first attempt's agent to start", func() bool {
 		return readPID(agentPID) > 0 && readPID(filepath.Join(dir, "child.pid")) > 0 && readPID(filepath.Join(dir, "escapee.pid")) > 0
 	})
 	holder, ok := byID[c.task("sigkill", "T001").claimedBy]
@@ -110,13 +112,13 @@ fi`)
 	holder.wait(t, 30*time.Second)
 
 	leader := readPID(agentPID)
-	eventually(t, 10*time.Second, "the killed worker's agent to die with it", func() bool { return !alive(leader) })
+	testkit.Eventually(t, 10*time.Second, "the killed worker's agent to die with it", func() bool { return !alive(leader) })
 	// Pdeathsig reaches the group leader only; the agent's watchdog kills the rest of
 	// its group when the worker's end of its pipe closes.
 	child := readPID(filepath.Join(dir, "child.pid"))
-	eventually(t, 10*time.Second, "the killed worker's agent's child to die too", func() bool { return !alive(child) })
+	testkit.Eventually(t, 10*time.Second, "the killed worker's agent's child to die too", func() bool { return !alive(child) })
 	if escapee := readPID(filepath.Join(dir, "escapee.pid")); escapee != 1 {
-		eventually(t, 10*time.Second, "the process that left the agent's group with setsid to die too", func() bool { return !alive(escapee) })
+		testkit.Eventually(t, 10*time.Second, "the process that left the agent's group with setsid to die too", func() bool { return !alive(escapee) })
 	}
 
 	if code := other.wait(t, 60*time.Second); code != 0 {
@@ -153,7 +155,7 @@ func TestSIGTERMReleasesTheTaskAndExitsZero(t *testing.T) {
 	killLeftovers(t, func() []int { return []int{readPID(childPID)} })
 	w := c.worker("worker", base, []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=E2E_DIR"}, "--plan", "sigterm")
 
-	eventually(t, 60*time.Second, "the agent to start", func() bool { return readPID(childPID) > 0 })
+	testkit.Eventually(t, 60*time.Second, "the agent to start", func() bool { return readPID(childPID) > 0 })
 	if st := c.task("sigterm", "T001").status; st != "IN_PROGRESS" {
 		t.Fatalf("T001 is %s while its agent runs, want IN_PROGRESS", st)
 	}
@@ -214,7 +216,7 @@ wait`)
 	w := c.worker("worker", base, []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=E2E_DIR",
 		"WHILLY_AGENT_TIMEOUT=1s"}, "--plan", "timeout", "--drain")
 
-	eventually(t, 60*time.Second, "the agent and its children to start", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the agent and its children to start", func() bool {
 		return !slices.Contains(pids(), 0)
 	})
 	started := pids()
@@ -264,7 +266,7 @@ func TestWorkerOnAFinishedPlanDoesNotSpin(t *testing.T) {
 	}
 	before := c.emptyClaims(base)
 	w := c.worker("worker", base, []string{"WHILLY_AGENT=sim"}, "--plan", "finished")
-	eventually(t, 60*time.Second, "the worker's first claim", func() bool { return c.emptyClaims(base) > before })
+	testkit.Eventually(t, 60*time.Second, "the worker's first claim", func() bool { return c.emptyClaims(base) > before })
 	// Not a wait for a condition: the window over which the claims are counted.
 	const window = 2 * time.Second
 	from := c.emptyClaims(base)

@@ -78,7 +78,7 @@ func TestWorkersRunThePlanToDoneAndTheCommentSaysSo(t *testing.T) {
 	for e.runTask(w, pi.ID, "0.05", false) {
 	}
 	e.waitState(app.LabelDone)
-	waitFor(t, "the final comment", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the final comment", func() bool {
 		cs := e.statusComments()
 		return len(cs) == 1 && strings.Contains(cs[0].Body, "done") && strings.Contains(cs[0].Body, "2/2")
 	})
@@ -237,11 +237,11 @@ func TestBudgetCommandRaisesTheCapAndResumes(t *testing.T) {
 	if got.Status != plan.PlanActive || got.Budget == nil || *got.Budget != 10_000_000 {
 		t.Errorf("after /whilly budget 10: %s with budget %v, want ACTIVE and 10", got.Status, got.Budget)
 	}
-	waitFor(t, "👍 on the command", func() bool {
+	testkit.Eventually(t, 20*time.Second, "👍 on the command", func() bool {
 		return slices.Equal(e.gh.CommentReactions(repoName, commentID(t, e, cid)), []string{app.ReactionThumbsUp})
 	})
 	e.comment(admin, "/whilly budget +2.5")
-	waitFor(t, "the raised budget", func() bool { b := e.plan().Budget; return b != nil && *b == 12_500_000 })
+	testkit.Eventually(t, 20*time.Second, "the raised budget", func() bool { b := e.plan().Budget; return b != nil && *b == 12_500_000 })
 }
 
 // commentID is the GitHub id of the comment a delivery carried.
@@ -266,7 +266,7 @@ func TestClosingTheIssueCancelsThePlanAndReopeningStartsANewOne(t *testing.T) {
 	// Reopened and labelled again: a second intake with its own plan id.
 	e.gh.AddIssue(repoName, issueNum, "Spelling error in the README file", goodBody, admin, app.LabelCancelled, app.LabelPending)
 	e.deliver("issues", e.labeled())
-	waitFor(t, "the second plan", func() bool { return e.plan().ID != first.ID })
+	testkit.Eventually(t, 20*time.Second, "the second plan", func() bool { return e.plan().ID != first.ID })
 	e.waitState(app.LabelInProgress)
 	if got := e.plan().ID; got != first.ID+"-2" {
 		t.Errorf("second plan id = %s, want %s-2", got, first.ID)
@@ -295,7 +295,7 @@ func TestReconcilerRestoresALabelRemovedByHandAndRedelivers(t *testing.T) {
 		t.Errorf("reconcile = %+v, redelivered %v; want 1 plan checked and delivery 1 redelivered", res, e.gh.Redelivered())
 	}
 	e.waitState(app.LabelInProgress)
-	waitFor(t, "the status comment posted again", func() bool { return len(e.statusComments()) == 1 })
+	testkit.Eventually(t, 20*time.Second, "the status comment posted again", func() bool { return len(e.statusComments()) == 1 })
 	e.idle()
 	if got := e.plan().CommentID; got == pi.CommentID || got == 0 {
 		t.Errorf("status_comment_id = %d, want the new comment's", got)
@@ -352,7 +352,7 @@ func TestRetryCommandRunsAFailedTaskAgain(t *testing.T) {
 	pi := e.intake()
 	e.runTask(e.worker("w1"), pi.ID, "0.01", true)
 	e.waitState(app.LabelFailed)
-	waitFor(t, "the error in the comment", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the error in the comment", func() bool {
 		cs := e.statusComments()
 		return len(cs) == 1 && strings.Contains(cs[0].Body, "tests failed: `go test` exited 1")
 	})

@@ -235,21 +235,10 @@ func (e *env) comment(user, body string) string {
 	}))
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // idle waits until every delivery is processed and no job is waiting or running.
 func (e *env) idle() {
 	e.t.Helper()
-	waitFor(e.t, "deliveries processed and jobs drained", func() bool {
+	testkit.Eventually(e.t, 20*time.Second, "deliveries processed and jobs drained", func() bool {
 		var open, jobs int
 		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM webhook_deliveries WHERE processed_at IS NULL`).Scan(&open); err != nil {
 			e.t.Fatal(err)
@@ -295,7 +284,7 @@ func (e *env) statusComments() []testkit.FakeComment {
 // waitState waits until the issue's only state label is want.
 func (e *env) waitState(want string) {
 	e.t.Helper()
-	waitFor(e.t, "state label "+want, func() bool {
+	testkit.Eventually(e.t, 20*time.Second, "state label "+want, func() bool {
 		l := e.stateLabels()
 		return len(l) == 1 && l[0] == want
 	})
@@ -306,7 +295,7 @@ func (e *env) intake() queue.PlanInfo {
 	e.t.Helper()
 	e.deliver("issues", e.labeled())
 	e.waitState(app.LabelInProgress)
-	waitFor(e.t, "the status comment", func() bool { return len(e.statusComments()) == 1 })
+	testkit.Eventually(e.t, 20*time.Second, "the status comment", func() bool { return len(e.statusComments()) == 1 })
 	return e.plan()
 }
 

@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
@@ -65,7 +67,7 @@ func TestApprovalByCommentNeedsTheCurrentDigest(t *testing.T) {
 	if pi.Status != plan.PlanPaused || pi.PauseReason != queue.PauseApproval {
 		t.Fatalf("plan from the issue is %s (%s); want PAUSED (approval)", pi.Status, pi.PauseReason)
 	}
-	waitFor(t, "the digest in the status comment", func() bool { return e.shownDigest() != "" })
+	testkit.Eventually(t, 20*time.Second, "the digest in the status comment", func() bool { return e.shownDigest() != "" })
 	shown := e.shownDigest()
 	if want, err := e.store.PlanDigest(e.ctx, pi.ID); err != nil || shown != want {
 		t.Fatalf("comment shows %s; the plan's digest is %s (%v)", shown, want, err)
@@ -93,7 +95,7 @@ func TestApprovalByCommentNeedsTheCurrentDigest(t *testing.T) {
 	if _, err := e.store.EditTask(e.ctx, pi.ID, firstTask(t, e, pi.ID), rewriteID(raw, firstTask(t, e, pi.ID)), "token:ops"); err != nil {
 		t.Fatalf("edit: %v", err)
 	}
-	waitFor(t, "the new digest in the status comment", func() bool { d := e.shownDigest(); return d != "" && d != shown })
+	testkit.Eventually(t, 20*time.Second, "the new digest in the status comment", func() bool { d := e.shownDigest(); return d != "" && d != shown })
 	fresh := e.shownDigest()
 	e.comment(admin, "/whilly approve "+shown)
 	e.idle()
@@ -107,14 +109,14 @@ func TestApprovalByCommentNeedsTheCurrentDigest(t *testing.T) {
 	// The current digest, in upper case with a prefix, from a write+ user: approved.
 	did := e.comment(admin, "/whilly approve sha256:"+strings.ToUpper(fresh))
 	e.waitState(app.LabelInProgress)
-	waitFor(t, "the plan approved", func() bool { return e.plan().Status == plan.PlanActive })
-	waitFor(t, "👍 on the approval", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the plan approved", func() bool { return e.plan().Status == plan.PlanActive })
+	testkit.Eventually(t, 20*time.Second, "👍 on the approval", func() bool {
 		return slices.Equal(e.gh.CommentReactions(repoName, commentID(t, e, did)), []string{app.ReactionThumbsUp})
 	})
 	if got := e.approvals(pi.ID); !slices.Equal(got, [][2]string{{"@" + admin, fresh}}) {
 		t.Fatalf("plan.approved events = %v; want one by @%s with %s", got, admin, fresh)
 	}
-	waitFor(t, "the approval line gone from the status comment", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the approval line gone from the status comment", func() bool {
 		cs := e.statusComments()
 		return len(cs) == 1 && !strings.Contains(cs[0].Body, "/whilly approve")
 	})
@@ -168,14 +170,14 @@ func TestPauseAndResumeCommands(t *testing.T) {
 		t.Fatalf("a read-only user paused the plan: %s", got.Status)
 	}
 	did := e.comment(admin, "/whilly pause")
-	waitFor(t, "the plan paused", func() bool { return e.plan().Status == plan.PlanPaused })
+	testkit.Eventually(t, 20*time.Second, "the plan paused", func() bool { return e.plan().Status == plan.PlanPaused })
 	if got := e.plan(); got.PauseReason != queue.PauseOperator {
 		t.Fatalf("pause reason %q; want operator", got.PauseReason)
 	}
-	waitFor(t, "👍 on the pause", func() bool {
+	testkit.Eventually(t, 20*time.Second, "👍 on the pause", func() bool {
 		return slices.Equal(e.gh.CommentReactions(repoName, commentID(t, e, did)), []string{app.ReactionThumbsUp})
 	})
-	waitFor(t, "the status comment says paused", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the status comment says paused", func() bool {
 		cs := e.statusComments()
 		return len(cs) == 1 && strings.Contains(cs[0].Body, "whilly: paused")
 	})
@@ -188,7 +190,7 @@ func TestPauseAndResumeCommands(t *testing.T) {
 		t.Fatalf("reply to a second pause: %q", body)
 	}
 	e.comment(admin, "/whilly resume")
-	waitFor(t, "the plan resumed", func() bool { return e.plan().Status == plan.PlanActive })
+	testkit.Eventually(t, 20*time.Second, "the plan resumed", func() bool { return e.plan().Status == plan.PlanActive })
 	e.idle()
 	e.comment(admin, "/whilly resume")
 	e.idle()
@@ -224,7 +226,7 @@ func TestFleetPauseShowsInTheStatusComment(t *testing.T) {
 	if _, err := e.store.PauseFleet(e.ctx, queue.Actor{By: "token:ops@example.com"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the comment to say the fleet is paused", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the comment to say the fleet is paused", func() bool {
 		cs := e.statusComments()
 		return len(cs) == 1 && strings.Contains(cs[0].Body, note)
 	})
@@ -234,7 +236,7 @@ func TestFleetPauseShowsInTheStatusComment(t *testing.T) {
 	if _, err := e.store.ResumeFleet(e.ctx, queue.Actor{By: "token:ops@example.com"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the comment to drop the pause", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the comment to drop the pause", func() bool {
 		cs := e.statusComments()
 		return len(cs) == 1 && !strings.Contains(cs[0].Body, note)
 	})

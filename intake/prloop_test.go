@@ -6,10 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/triz"
@@ -43,7 +45,7 @@ func donePlanWithReadyPull(t *testing.T, o envOptions) (*env, queue.PlanInfo, fa
 	e := newEnv(t, o)
 	pi := e.intake()
 	runGitAgent(t, e, pi.ID, 1, promptAgent, t.TempDir())
-	waitFor(t, "the pull request ready for review", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the pull request ready for review", func() bool {
 		ps := e.pulls()
 		return len(ps) == 1 && !ps[0].Draft
 	})
@@ -167,7 +169,7 @@ func TestReviewAsksForChangesAndTheBranchAnswers(t *testing.T) {
 	end := e.writesDuring(func() {
 		runGitAgent(t, e, pi.ID, 1, promptAgent, home)
 		e.waitState(app.LabelDone)
-		waitFor(t, "the pull request ready again", func() bool { return !e.pulls()[0].Draft })
+		testkit.Eventually(t, 20*time.Second, "the pull request ready again", func() bool { return !e.pulls()[0].Draft })
 	})
 	t.Logf("GitHub writes to end round 2 (besides the push): %d", end)
 	if end > 6 {
@@ -271,7 +273,7 @@ func TestFailingCheckBecomesAFixRound(t *testing.T) {
 	if strings.Contains(task.Description, "ghp_AAAA") || strings.Contains(task.Description, `"lint"`) {
 		t.Errorf("fix task carries the token or the passing run:\n%s", task.Description)
 	}
-	waitFor(t, "the TRIZ finding on the fix task", func() bool { return e.task(pi.ID, "pr-round-2").TrizFinding != "" })
+	testkit.Eventually(t, 20*time.Second, "the TRIZ finding on the fix task", func() bool { return e.task(pi.ID, "pr-round-2").TrizFinding != "" })
 	if n := len(e.events(pi.ID, triz.EventContradiction)); n != 1 {
 		t.Errorf("%d %s events, want 1", n, triz.EventContradiction)
 	}
@@ -283,7 +285,7 @@ func TestFailingCheckBecomesAFixRound(t *testing.T) {
 	home := t.TempDir()
 	runGitAgent(t, e, pi.ID, 1, promptAgent, home)
 	e.waitState(app.LabelDone)
-	waitFor(t, "the pull request ready again", func() bool { return !e.pulls()[0].Draft })
+	testkit.Eventually(t, 20*time.Second, "the pull request ready again", func() bool { return !e.pulls()[0].Draft })
 	e.idle()
 	prompt, err := os.ReadFile(filepath.Join(home, "prompt-pr-round-2"))
 	if err != nil {
@@ -316,12 +318,12 @@ func TestFailingCheckBecomesAFixRound(t *testing.T) {
 	// A failure that passes on re-run before its fix ran: the round ends without work.
 	flaky := e.gh.AddCheckSuite(repoName, 0, fakegithub.FakeCheckRun{Name: "test", Conclusion: "failure", App: "other-ci", Summary: "flaky"})
 	e.checkSuite(flaky, newHead, "failure", pr.Number, nil)
-	waitFor(t, "round 3", func() bool { return e.plan().Total == 3 })
+	testkit.Eventually(t, 20*time.Second, "round 3", func() bool { return e.plan().Total == 3 })
 	e.idle()
 	e.gh.AddCheckSuite(repoName, flaky, fakegithub.FakeCheckRun{Name: "test", Conclusion: "success", App: "other-ci"})
 	passed := e.checkSuite(flaky, newHead, "success", pr.Number, nil)
 	e.waitState(app.LabelDone)
-	waitFor(t, "the pull request ready again", func() bool { return !e.pulls()[0].Draft })
+	testkit.Eventually(t, 20*time.Second, "the pull request ready again", func() bool { return !e.pulls()[0].Draft })
 	e.idle()
 	if out := e.outcome(passed); !strings.Contains(out, "round 3 of plan "+pi.ID+" ends without work") {
 		t.Errorf("re-run outcome %q", out)
@@ -345,7 +347,7 @@ func TestRoundsEndAtTheLimitAndOnStop(t *testing.T) {
 	w := e.worker("w1")
 	sha := func(i int) string { return strings.Repeat(string(rune('a'+i)), 40) }
 	e.complete(w, pi.ID, sha(0))
-	waitFor(t, "the pull request ready", func() bool { ps := e.pulls(); return len(ps) == 1 && !ps[0].Draft })
+	testkit.Eventually(t, 20*time.Second, "the pull request ready", func() bool { ps := e.pulls(); return len(ps) == 1 && !ps[0].Draft })
 	e.idle()
 	pr := e.pulls()[0]
 	for i := 1; i <= 4; i++ {
@@ -423,7 +425,7 @@ func TestPullFeedbackFromStrangersForksAndBotsDoesNothing(t *testing.T) {
 	e := newEnv(t, envOptions{body: blockBody(1)})
 	pi := e.intake()
 	e.complete(e.worker("w1"), pi.ID, strings.Repeat("a", 40))
-	waitFor(t, "the pull request ready", func() bool { ps := e.pulls(); return len(ps) == 1 && !ps[0].Draft })
+	testkit.Eventually(t, 20*time.Second, "the pull request ready", func() bool { ps := e.pulls(); return len(ps) == 1 && !ps[0].Draft })
 	e.idle()
 	pr := e.pulls()[0]
 	e.gh.AddIssue(repoName, pr.Number, pr.Title, pr.Body, botLogin)

@@ -143,7 +143,7 @@ func TestIssueBecomesCommitsOnItsBranchAndOnePullRequest(t *testing.T) {
 	if st := e.plan().Status; st != plan.PlanDone {
 		t.Fatalf("plan is %s after the workers drained it, want DONE", st)
 	}
-	waitFor(t, "the pull request ready for review", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the pull request ready for review", func() bool {
 		ps := e.pulls()
 		return len(ps) == 1 && !ps[0].Draft
 	})
@@ -221,7 +221,7 @@ func TestIssueBecomesCommitsOnItsBranchAndOnePullRequest(t *testing.T) {
 	}
 	runWithGitWorkers(t, e, second.ID, 1)
 	e.waitState(app.LabelDone)
-	waitFor(t, "the pull request's checklist of the second plan", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the pull request's checklist of the second plan", func() bool {
 		ps := e.pulls()
 		return len(ps) == 1 && strings.Contains(ps[0].Body, "`"+second.ID+"`: **3/3**")
 	})
@@ -296,7 +296,7 @@ func TestPullRequestClosedUnmergedChangesNothingElse(t *testing.T) {
 	pi := e.intake()
 	w := e.worker("w1")
 	e.complete(w, pi.ID, strings.Repeat("a", 40))
-	waitFor(t, "the draft pull request", func() bool { return len(e.pulls()) == 1 })
+	testkit.Eventually(t, 20*time.Second, "the draft pull request", func() bool { return len(e.pulls()) == 1 })
 	e.idle()
 	pr := e.pulls()[0]
 	if !pr.Draft || !strings.HasPrefix(pr.Body, "Closes #1\n") || !strings.Contains(pr.Body, "**1/4** tasks done") {
@@ -327,7 +327,7 @@ func TestPullRequestClosedUnmergedChangesNothingElse(t *testing.T) {
 	// The plan runs on; whilly neither reopens the pull request nor opens another.
 	edits := e.gh.CountRequests("PATCH", fmt.Sprintf(`/repos/Codertocat/Hello-World/pulls/%d`, pr.Number))
 	e.complete(w, pi.ID, strings.Repeat("b", 40))
-	waitFor(t, "the comment to show 2/4", func() bool { return strings.Contains(e.commentOf(pi.ID), "**2/4**") })
+	testkit.Eventually(t, 20*time.Second, "the comment to show 2/4", func() bool { return strings.Contains(e.commentOf(pi.ID), "**2/4**") })
 	e.idle()
 	if ps := e.pulls(); len(ps) != 1 || ps[0].State != "closed" {
 		t.Errorf("pull requests = %+v, want the one, still closed", ps)
@@ -348,7 +348,7 @@ func TestPullRequestClosedUnmergedChangesNothingElse(t *testing.T) {
 	// Reopened by a person: followed again (its checklist catches up); then merged.
 	e.gh.ReopenPullByHand(repoName, pr.Number)
 	e.pullEvent("reopened", pr.Number, false)
-	waitFor(t, "the reopened pull request's checklist", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the reopened pull request's checklist", func() bool {
 		ps := e.pulls()
 		return len(ps) == 1 && strings.Contains(ps[0].Body, "**2/4** tasks done")
 	})
@@ -401,7 +401,7 @@ func TestDispatchOncePerPlanStartAndAgainWhenIdle(t *testing.T) {
 
 	// Nobody claims: after the interval the reconciler dispatches again, once.
 	var res app.ReconcileResult
-	waitFor(t, "an idle dispatch", func() bool {
+	testkit.Eventually(t, 20*time.Second, "an idle dispatch", func() bool {
 		var err error
 		if res, err = e.rec.Run(e.ctx, e.river); err != nil {
 			t.Fatal(err)
@@ -437,7 +437,7 @@ func TestDispatchOncePerPlanStartAndAgainWhenIdle(t *testing.T) {
 		t.Fatal(c, err)
 	}
 	claimed := time.Now()
-	waitFor(t, "twice the interval since the claim", func() bool {
+	testkit.Eventually(t, 20*time.Second, "twice the interval since the claim", func() bool {
 		if res, err := e.rec.Run(e.ctx, e.river); err != nil || res.Dispatched != 0 {
 			t.Fatalf("reconciler dispatched %d (%v) while a task runs", res.Dispatched, err)
 		}
@@ -478,14 +478,14 @@ func TestRefusedPullRequestDoesNotHoldTheStatusComment(t *testing.T) {
 	e.gh.Fail(testkit.Fault{Method: "POST", Path: `/repos/Codertocat/Hello-World/pulls`, Status: 403, Times: 1})
 	w := e.worker("w1")
 	e.complete(w, pi.ID, strings.Repeat("a", 40))
-	waitFor(t, "the comment to show 1/3", func() bool { return strings.Contains(e.commentOf(pi.ID), "**1/3**") })
+	testkit.Eventually(t, 20*time.Second, "the comment to show 1/3", func() bool { return strings.Contains(e.commentOf(pi.ID), "**1/3**") })
 	e.idle()
 	if ps := e.pulls(); len(ps) != 0 {
 		t.Fatalf("pull requests = %+v, want none yet", ps)
 	}
 	e.complete(w, pi.ID, strings.Repeat("b", 40))
-	waitFor(t, "the pull request", func() bool { return len(e.pulls()) == 1 })
-	waitFor(t, "the comment to link it", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the pull request", func() bool { return len(e.pulls()) == 1 })
+	testkit.Eventually(t, 20*time.Second, "the comment to link it", func() bool {
 		return strings.Contains(e.commentOf(pi.ID), "**2/3**") && strings.Contains(e.commentOf(pi.ID), "**Pull request**")
 	})
 	e.idle()

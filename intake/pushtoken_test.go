@@ -86,7 +86,7 @@ func TestPushTokenPerClaimRevokedWhenTheLeaseEnds(t *testing.T) {
 	}
 	revoked := func(how string, c *client.Claim) {
 		t.Helper()
-		waitFor(t, "the token revoked after "+how, func() bool { return !tokenRequest(c.Workspace.Token).RevokedAt.IsZero() })
+		testkit.Eventually(t, 20*time.Second, "the token revoked after "+how, func() bool { return !tokenRequest(c.Workspace.Token).RevokedAt.IsZero() })
 		if st := apiStatus(c.Workspace.Token); st != http.StatusUnauthorized {
 			t.Errorf("the token revoked after %s: GitHub answers %d, want 401", how, st)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/worker"
@@ -105,7 +106,7 @@ func BenchmarkGitHubWritesPerTransition(b *testing.B) {
 		pi := e.intake()
 		runWithSimWorkers(b, e, pi.ID, 2, 300*time.Millisecond)
 		e.waitState(app.LabelDone)
-		waitFor(b, "the final comment", func() bool {
+		testkit.Eventually(b, 20*time.Second, "the final comment", func() bool {
 			cs := e.statusComments()
 			return len(cs) == 1 && contains(cs[0].Body, "**20/20**")
 		})

@@ -3,6 +3,7 @@ package intake_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/testkit"
@@ -119,7 +120,7 @@ func TestStatusCommentIsAdoptedOnlyFromWhillysOwnBot(t *testing.T) {
 	if _, err := e.rec.Run(e.ctx, e.river); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a new status comment", func() bool { id := e.plan().CommentID; return id != pi.CommentID && id != 0 })
+	testkit.Eventually(t, 20*time.Second, "a new status comment", func() bool { id := e.plan().CommentID; return id != pi.CommentID && id != 0 })
 	if id := e.plan().CommentID; id == evil || id == person {
 		t.Errorf("the reconciler adopted comment %d", id)
 	}

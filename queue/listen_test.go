@@ -27,19 +27,8 @@ func runListener(t *testing.T, pool *pgxpool.Pool) *queue.Listener {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	waitFor(t, "listener ready", l.Ready)
+	testkit.Eventually(t, 10*time.Second, "listener ready", l.Ready)
 	return l
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func appendEvent(t *testing.T, pool *pgxpool.Pool, planID, taskID, typ string) int64 {
@@ -157,7 +146,7 @@ func TestListenerReconnectsAndResyncs(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no resync after the connection was killed")
 	}
-	waitFor(t, "listener ready again", l.Ready)
+	testkit.Eventually(t, 10*time.Second, "listener ready again", l.Ready)
 	if got := l.Stats().Reconnects; got != 1 {
 		t.Errorf("Reconnects = %d, want 1", got)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
@@ -38,7 +39,7 @@ func TestAttemptLogStreamsWhileTheSimAgentRuns(t *testing.T) {
 
 	_, reader := e.registered(t, e.url) // any worker token reads
 	var live client.AttemptLog
-	eventually(t, 20*time.Second, "a chunk of the log while the attempt runs", func() bool {
+	testkit.Eventually(t, 20*time.Second, "a chunk of the log while the attempt runs", func() bool {
 		lg, err := reader.AttemptLog(ctx, "live", "T00", client.LogQuery{})
 		if err != nil || lg.Text == "" {
 			return false

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/worker"
 )
 
@@ -33,7 +34,7 @@ func TestWorkerLearnsItsIDAndWaitsForItsPlan(t *testing.T) {
 	wg.Go(func() {
 		code = worker.Main(ctx, []string{"--plan", "later", "--drain", "--agent", "sim"}, &out, &errOut, func(k string) string { return env[k] })
 	})
-	eventually(t, 30*time.Second, "the worker to wait for its plan", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the worker to wait for its plan", func() bool {
 		return strings.Contains(errOut.String(), "does not exist yet")
 	})
 	e.importTasks(t, "later", 2)

@@ -86,17 +86,6 @@ func (e *env) worker(t *testing.T, url string, sim agent.SimConfig, cfg worker.C
 	return wk
 }
 
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func taskStatus(t *testing.T, st *queue.Store, planID, id string) plan.Status {
 	t.Helper()
 	task, err := st.GetTask(context.Background(), planID, id)
@@ -139,7 +128,7 @@ func TestShutdownReleasesTheTask(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	result := make(chan error, 1)
 	go func() { _, err := w.Run(ctx); result <- err }()
-	eventually(t, 10*time.Second, "the task to start", func() bool { return taskStatus(t, e.st, "stop", "T00") == plan.StatusInProgress })
+	testkit.Eventually(t, 10*time.Second, "the task to start", func() bool { return taskStatus(t, e.st, "stop", "T00") == plan.StatusInProgress })
 	cancel()
 	select {
 	case err := <-result:
@@ -169,7 +158,7 @@ func TestCancelledPlanStopsTheAgent(t *testing.T) {
 	w := e.worker(t, e.url, agent.SimConfig{Delay: time.Hour}, worker.Config{PlanID: "cancel", Once: true, HeartbeatEvery: 50 * time.Millisecond})
 	result := make(chan worker.Summary, 1)
 	go func() { s, _ := w.Run(context.Background()); result <- s }()
-	eventually(t, 10*time.Second, "the task to start", func() bool { return taskStatus(t, e.st, "cancel", "T00") == plan.StatusInProgress })
+	testkit.Eventually(t, 10*time.Second, "the task to start", func() bool { return taskStatus(t, e.st, "cancel", "T00") == plan.StatusInProgress })
 	if _, err := e.st.CancelPlan(context.Background(), "cancel", "test", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +193,7 @@ func TestWorkerWaitsOutAnUnreachableControlPlane(t *testing.T) {
 	}
 	proxyTo := target.URL.Host
 	var ln net.Listener
-	eventually(t, 10*time.Second, "the address to be free again", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the address to be free again", func() bool {
 		ln, err = net.Listen("tcp", addr)
 		return err == nil
 	})
