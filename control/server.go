@@ -47,7 +47,8 @@ type Config struct {
 	// BodyTimeout bounds the arrival of a request's body, on every route and on handlers
 	// mounted (the webhook); default 30 s.
 	BodyTimeout time.Duration
-	// SSEHeartbeat is the interval of keep-alive comments on event streams; default 15 s.
+	// SSEHeartbeat is how long an event stream stays silent before it sends a keep-alive
+	// comment; default 15 s.
 	SSEHeartbeat time.Duration
 	// Workspaces, when set, is asked for the workspace of every claim of a plan with a
 	// repository (the GitHub App mints its token). When it fails, the claim is released
