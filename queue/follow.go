@@ -87,7 +87,8 @@ func (f *Follower) Cursor() int64 { return f.cursor }
 // Next waits for events and returns them: those after the cursor in id order, preceded by
 // any that committed late below it; at most a page at a time. With idle > 0 it returns no
 // events and no error once idle has passed without any, so that the caller can send a
-// keep-alive. It returns ctx's error when ctx ends and ErrFollowStopped when Stop closes.
+// keep-alive. It returns ctx's error when ctx ends and ErrFollowStopped once Stop is
+// closed, whether or not events are waiting.
 func (f *Follower) Next(ctx context.Context, idle time.Duration) ([]Event, error) {
 	var deadline <-chan time.Time
 	if idle > 0 {
@@ -96,6 +97,11 @@ func (f *Follower) Next(ctx context.Context, idle time.Duration) ([]Event, error
 		deadline = t.C
 	}
 	for {
+		select {
+		case <-f.opts.Stop: // even while events keep coming
+			return nil, ErrFollowStopped
+		default:
+		}
 		if f.due {
 			evs, err := f.read(ctx)
 			if err != nil {

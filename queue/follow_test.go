@@ -289,7 +289,7 @@ func TestFollowerHandsOutAnEventCommittedBelowItsCursor(t *testing.T) {
 }
 
 // Next returns no events after idle (so the caller can send a keep-alive), and
-// ErrFollowStopped once Stop closes.
+// ErrFollowStopped once Stop closes, even with events waiting.
 func TestFollowerIdleAndStop(t *testing.T) {
 	t.Parallel()
 	st, pool := newStore(t)
@@ -302,8 +302,16 @@ func TestFollowerIdleAndStop(t *testing.T) {
 	if evs, err := f.Next(ctx, 50*time.Millisecond); len(evs) != 0 || err != nil || time.Since(start) < 50*time.Millisecond {
 		t.Errorf("idle Next = %d events, %v after %v; want none and no error after 50ms", len(evs), err, time.Since(start))
 	}
+	// A draining server ends its streams even while events keep coming.
+	if _, err := pool.Exec(ctx, `INSERT INTO events (plan_id, type) VALUES ('s', 'log.waiting')`); err != nil {
+		t.Fatal(err)
+	}
 	close(stop)
-	if _, err := f.Next(ctx, 0); !errors.Is(err, queue.ErrFollowStopped) {
-		t.Errorf("Next after Stop = %v, want ErrFollowStopped", err)
+	fresh := st.Follow(ln, queue.FollowOptions{Stop: stop}) // its first Next would read the event
+	defer fresh.Close()
+	for _, f := range []*queue.Follower{f, fresh} {
+		if evs, err := f.Next(ctx, 0); !errors.Is(err, queue.ErrFollowStopped) {
+			t.Errorf("Next after Stop = %d events, %v; want ErrFollowStopped", len(evs), err)
+		}
 	}
 }
