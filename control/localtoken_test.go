@@ -9,6 +9,7 @@ import (
 
 	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/control/client"
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
 )
 
@@ -41,7 +42,7 @@ func TestLocalTokenRenewsAndRevokes(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, "three renewals, the API answering throughout", func() bool {
+	testkit.Eventually(t, 20*time.Second, "three renewals, the API answering throughout", func() bool {
 		if _, err := api.ListPlans(ctx, client.PlanQuery{Limit: 1}); err != nil {
 			t.Fatalf("read with the local token while it is renewed: %v", err)
 		}
