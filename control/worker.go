@@ -502,7 +502,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	if req.ClaimNext != nil && !s.isDraining() {
 		p := principalFrom(r.Context())
 		t, next, err = s.store.CompleteAndClaim(r.Context(), l, in, queue.ClaimRequest{WorkerID: p.worker.ID, PlanID: req.ClaimNext.PlanID,
-			Labels: p.worker.Labels, Scopes: p.worker.Scopes, Key: strings.ToLower(req.ClaimNext.IdempotencyKey)})
+			Labels: p.worker.Labels, Scopes: p.worker.Scopes, Key: strings.ToLower(req.ClaimNext.IdempotencyKey), Start: req.ClaimNext.Start})
 	} else {
 		t, err = s.store.Complete(r.Context(), l, in)
 	}

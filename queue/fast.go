@@ -357,6 +357,7 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff, 
 	b.Queue(completeUnsettledSQL, completeArgs(key.plan, cs)...)
 	tails := queueCompletionTails(b, key.plan, cs)
 	b.Queue(claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs[0].Scopes, reqs), key.plan, tasks)...)
+	starts := queueHandedStarts(b, reqs)
 	err := s.hotTx(ctx, b, touched{plan: key.plan, tasks: tasks, workers: claimWorkers(reqs)}, func(br pgx.BatchResults) error {
 		rows, err := hotQuery(br)
 		if done, err = scanCompleted(rows, err, len(hs)); err != nil {
@@ -372,6 +373,10 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff, 
 		}
 		rows, err = br.Query()
 		claims, err := scanClaims(rows, err, len(hs))
+		if err == nil && starts {
+			rows, qerr := br.Query()
+			err = scanHandedStarts(rows, qerr, claims)
+		}
 		for i, c := range claims {
 			out[i].next = c
 		}

@@ -39,6 +39,11 @@ type ClaimRequest struct {
 	// Key, a UUID chosen by the worker, becomes the lease's id: a claim retried after its
 	// answer was lost finds the task it got (HeldClaim) instead of taking another.
 	Key string
+	// Start, in the claim that follows a completion (CompleteAndClaim), asks for the task
+	// to be started in the claim's transaction, with its START event, when the batched
+	// path takes it (it needs Key): the claim comes back IN_PROGRESS, and the worker makes
+	// no START request. Otherwise it comes back CLAIMED, as any claim.
+	Start bool
 }
 
 // LeaseInfo is the lease a claim grants.

@@ -74,3 +74,64 @@ func (s *Store) startBatch(ctx context.Context, planID string, ls []Lease, relea
 	}
 	return out, errs
 }
+
+// startHandedSQL starts, in the transaction of a handoff (CompleteAndClaim's batch), the
+// tasks its claim statement just leased to the workers $1 under the keys $2 (the claims
+// that asked for it, ClaimRequest.Start): CLAIMED becomes IN_PROGRESS with its START
+// event, so the worker needs no START request of its own. Only rows this transaction
+// wrote (xmin) are touched: a claim of an earlier transaction under the same key is not
+// started behind its worker's back.
+const startHandedSQL = `WITH r AS (
+	SELECT * FROM unnest($1::text[], $2::text[]) AS r(rworker, rkey)
+), u AS (
+	UPDATE tasks SET status = 'IN_PROGRESS', version = version + 1, updated_at = now()
+	FROM r
+	WHERE claimed_by = r.rworker AND lease_id::text = r.rkey AND status = 'CLAIMED'
+	  AND xmin::text::bigint = txid_current() % 4294967296
+	RETURNING ` + taskColumns + `, r.rworker
+), ev AS (
+	INSERT INTO events (plan_id, task_id, type, payload)
+	SELECT plan_id, id, 'START', jsonb_build_object('worker_id', rworker, 'attempt', attempts) FROM u
+)
+SELECT * FROM u`
+
+// queueHandedStarts queues startHandedSQL for the claims of reqs that asked to be
+// started, after the claim statement, and reports whether it did: not when none asked.
+func queueHandedStarts(b *pgx.Batch, reqs []ClaimRequest) bool {
+	var workers, keys []string
+	for _, r := range reqs {
+		if r.Start && r.Key != "" {
+			workers, keys = append(workers, r.WorkerID), append(keys, r.Key)
+		}
+	}
+	if len(workers) == 0 {
+		return false
+	}
+	b.Queue(startHandedSQL, workers, keys)
+	return true
+}
+
+// scanHandedStarts reads the answer of startHandedSQL (rows, or the error of sending it):
+// each claim it started gets the task as it is now, IN_PROGRESS.
+func scanHandedStarts(rows pgx.Rows, err error, claims []*Claim) error {
+	if err != nil {
+		return fmt.Errorf("start the tasks handed over: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var worker string
+		t, err := scanTaskExtra(rows, &worker)
+		if err != nil {
+			return fmt.Errorf("start the tasks handed over: %w", err)
+		}
+		for _, c := range claims {
+			if c != nil && c.Task.PlanID == t.PlanID && c.Task.ID == t.ID && c.Lease.ID == t.LeaseID {
+				c.Task = t
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("start the tasks handed over: %w", err)
+	}
+	return nil
+}

@@ -350,11 +350,14 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	lease := client.LeaseRequest{LeaseID: c.Lease.ID}
 	lc := newLeaseClock(c.Lease, started)
 
-	if err := w.report(ctx, log, lc, "start", func(ctx context.Context) error {
-		_, err := w.api.Start(ctx, t.PlanID, t.ID, lease)
-		return err
-	}); err != nil {
-		return w.lostOrRelease(ctx, log, c, out, err), nil
+	// A task handed over with the last completion may have been started with it.
+	if t.Status != plan.StatusInProgress {
+		if err := w.report(ctx, log, lc, "start", func(ctx context.Context) error {
+			_, err := w.api.Start(ctx, t.PlanID, t.ID, lease)
+			return err
+		}); err != nil {
+			return w.lostOrRelease(ctx, log, c, out, err), nil
+		}
 	}
 
 	// The agent runs under runCtx: cancelled on shutdown (ctx) and when a heartbeat says
@@ -398,7 +401,7 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 			Log: r.log.tail(ctx)}
 		if wantNext {
 			// The next task comes back with the completion: one round trip fewer.
-			req.ClaimNext = &client.NextClaim{PlanID: w.cfg.PlanID, IdempotencyKey: newKey()}
+			req.ClaimNext = &client.NextClaim{PlanID: w.cfg.PlanID, IdempotencyKey: newKey(), Start: true}
 		}
 		var done client.CompleteResponse
 		if err := w.report(ctx, log, lc, "complete", func(ctx context.Context) error {

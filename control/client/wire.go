@@ -219,6 +219,10 @@ type CompleteRequest struct {
 type NextClaim struct {
 	PlanID         string `json:"plan_id,omitempty"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"` // as in ClaimRequest
+	// Start asks for the next task to be started in the transaction that claims it, with
+	// its START event: it then comes back IN_PROGRESS and needs no START request. It may
+	// come back CLAIMED all the same (START it then). It needs IdempotencyKey.
+	Start bool `json:"start,omitempty"`
 }
 
 // ChargeRequest charges the cost of an attempt whose lease ended before its COMPLETE or
