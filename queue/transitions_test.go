@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,18 @@ func TestEverySQLTransitionIsOneOfPlanNext(t *testing.T) {
 			_, err := st.Complete(ctx, l, queue.CompleteInput{})
 			return err
 		}},
+		{"complete, and claim and start the next in the same transaction", func() error {
+			l := claim("life")
+			_, next, err := st.CompleteAndClaim(ctx, l, queue.CompleteInput{},
+				queue.ClaimRequest{WorkerID: w.ID, PlanID: "life", Key: "5b1f0a52-93c4-4e0e-9a0b-2f8d1c6e7a41", Start: true})
+			if err == nil && (next == nil || next.Task.Status != plan.StatusInProgress) {
+				return fmt.Errorf("the next task came back %+v, not started", next)
+			}
+			if err == nil {
+				_, err = st.Complete(ctx, leaseOf(next, w.ID), queue.CompleteInput{})
+			}
+			return err
+		}},
 		{"complete with a cost", func() error { _, err := st.Complete(ctx, claim("life"), queue.CompleteInput{Cost: 10}); return err }},
 		{"retry", func() error { _, err := st.Fail(ctx, claim("life"), queue.FailInput{Reason: "flaky"}); return err }},
 		{"final failure", func() error {
@@ -122,11 +135,15 @@ func TestEverySQLTransitionIsOneOfPlanNext(t *testing.T) {
 		}
 	}
 
+	// A transaction may change a task twice (a handoff claims and starts it): its k-th
+	// change goes with its k-th event that names a transition.
 	rows, err := pool.Query(ctx, `SELECT c.plan_id, c.task_id, c.old, c.new,
-			coalesce(array_agg(e.type ORDER BY e.id) FILTER (WHERE e.id IS NOT NULL), '{}')
+			coalesce(array_agg(e.type ORDER BY e.id) FILTER (WHERE e.id IS NOT NULL), '{}'),
+			row_number() OVER (PARTITION BY c.plan_id, c.task_id, c.xid ORDER BY c.n),
+			count(*) OVER (PARTITION BY c.plan_id, c.task_id, c.xid)
 		FROM test_status_changes c
 		LEFT JOIN events e ON e.plan_id = c.plan_id AND e.task_id = c.task_id AND e.xmin::text::bigint = c.xid
-		GROUP BY c.n, c.plan_id, c.task_id, c.old, c.new ORDER BY c.n`)
+		GROUP BY c.n, c.plan_id, c.task_id, c.xid, c.old, c.new ORDER BY c.n`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,10 +151,11 @@ func TestEverySQLTransitionIsOneOfPlanNext(t *testing.T) {
 		plan, task string
 		old, new   plan.Status
 		events     []string
+		k, of      int // the k-th of the task's changes in its transaction, of that many
 	}
 	changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (change, error) {
 		var c change
-		err := r.Scan(&c.plan, &c.task, &c.old, &c.new, &c.events)
+		err := r.Scan(&c.plan, &c.task, &c.old, &c.new, &c.events, &c.k, &c.of)
 		return c, err
 	})
 	if err != nil {
@@ -151,13 +169,14 @@ func TestEverySQLTransitionIsOneOfPlanNext(t *testing.T) {
 				ts = append(ts, tr)
 			}
 		}
-		if len(ts) != 1 {
-			t.Errorf("task %s of %s went %s → %s with events %v: want exactly one that names a transition", c.task, c.plan, c.old, c.new, c.events)
+		if len(ts) != c.of {
+			t.Errorf("task %s of %s went %s → %s with events %v: want exactly one that names a transition for each change of its transaction", c.task, c.plan, c.old, c.new, c.events)
 			continue
 		}
-		seen[ts[0]] = true
-		if to, err := plan.Next(c.old, ts[0]); err != nil || to != c.new {
-			t.Errorf("task %s of %s went %s → %s under %s; plan.Next says %s, %v", c.task, c.plan, c.old, c.new, ts[0], to, err)
+		tr := ts[c.k-1]
+		seen[tr] = true
+		if to, err := plan.Next(c.old, tr); err != nil || to != c.new {
+			t.Errorf("task %s of %s went %s → %s under %s; plan.Next says %s, %v", c.task, c.plan, c.old, c.new, tr, to, err)
 		}
 	}
 	for _, tr := range []plan.Transition{plan.TransitionClaim, plan.TransitionStart, plan.TransitionComplete, plan.TransitionFail,
