@@ -66,7 +66,7 @@ Repeat it for more; a plan outside every scope answers 404 and is never claimed.
 					return err
 				}
 				a.printf("%s\n", tok)
-				fmt.Fprintf(a.io.Err, "minted %s token %s for %s%s\n", role(info), info.Prefix, info.Owner, scopeNote(info.Scopes))
+				fmt.Fprintf(a.io.Err, "minted %s token %s for %s%s\n", role(info), info.Prefix, termLine(info.Owner), scopeNote(info.Scopes))
 				return nil
 			})
 		},
@@ -96,7 +96,7 @@ Repeat it for more; a plan outside every scope answers 404 and is never claimed.
 				tw := newTable(a.io.Out)
 				tw.row("PREFIX", "ROLE", "OWNER", "SCOPES", "CREATED", "EXPIRES", "REVOKED")
 				for _, t := range ts {
-					tw.row(t.Prefix, role(t), t.Owner, scopeText(t.Scopes), stamp(&t.CreatedAt), stamp(t.ExpiresAt), stamp(t.RevokedAt))
+					tw.row(t.Prefix, role(t), termLine(t.Owner), scopeText(t.Scopes), stamp(&t.CreatedAt), stamp(t.ExpiresAt), stamp(t.RevokedAt))
 				}
 				return tw.flush()
 			})
@@ -180,7 +180,7 @@ func (a *app) workerCommand() *cobra.Command {
 				tw := newTable(a.io.Out)
 				tw.row("WORKER", "STATUS", "HOST", "LABELS", "SCOPES", "LAST HEARTBEAT", "REGISTERED")
 				for _, w := range ws {
-					tw.row(w.ID, w.Status, w.Hostname, fmt.Sprint(w.Labels), scopeText(w.Scopes), stamp(w.LastHeartbeat), stamp(&w.RegisteredAt))
+					tw.row(w.ID, w.Status, termLine(w.Hostname), fmt.Sprint(w.Labels), scopeText(w.Scopes), stamp(w.LastHeartbeat), stamp(&w.RegisteredAt))
 				}
 				return tw.flush()
 			})

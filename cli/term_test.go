@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/queue"
 )
 
 // hostileText moves the cursor home and clears the screen, retitles the window, writes the
@@ -56,5 +57,42 @@ func TestBootstrapTokenFlagWarns(t *testing.T) {
 	_, _, stderr := run(t, "", "", "worker", "register", "--connect", "http://control.invalid", "--bootstrap-token", "whilly_b_x")
 	if !strings.Contains(stderr, "warning: --bootstrap-token is visible to every user") || !strings.Contains(stderr, "WHILLY_BOOTSTRAP_TOKEN") {
 		t.Errorf("stderr %q, want a warning about the flag", stderr)
+	}
+}
+
+// TestWorkerAndTokenListsStripTerminalEscapes: a worker's hostname and a token's owner
+// (stored by whatever path: the API refuses control characters in a hostname but not a
+// bidi override) reach the terminal as plain text.
+func TestWorkerAndTokenListsStripTerminalEscapes(t *testing.T) {
+	t.Parallel()
+	dsn := testkit.DSN(t)
+	if code, _, stderr := run(t, dsn, "", "admin", "token", "mint", "--owner", "ops@example.com"); code != 0 {
+		t.Fatalf("mint: %s", stderr)
+	}
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	st := queue.NewStore(pool, nil, queue.Config{})
+	if _, _, err := st.RegisterWorker(context.Background(), hostileText, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE api_tokens SET owner = $1`, hostileText); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"worker", "list"}, {"admin", "token", "list"}} {
+		code, out, stderr := run(t, dsn, "", args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		for _, bad := range []string{"\x1b", "\u009b", "\x07", "\r", "\b", "\u202e", "]0;", "]52;", "[2J"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("%v prints %q:\n%q", args, bad, out)
+			}
+		}
+		if !strings.Contains(out, "Fix it") {
+			t.Errorf("%v lost the visible text:\n%q", args, out)
+		}
 	}
 }
