@@ -10,7 +10,8 @@ package queue
 //	                          operator; the failure analyzer's finding
 //	claim.go, fast.go,        tasks and leases: claim, start, complete, fail, release,
 //	batch.go, report.go,      heartbeat, the lease reaper, batched hot paths and replays
-//	lease.go, opentx.go
+//	lease.go, opentx.go,
+//	start.go
 //	attemptlog.go             attempt_logs, attempt_log_chunks
 //	workers.go                workers (and the token helpers api_tokens.go shares)
 //	api_tokens.go             api_tokens
@@ -28,7 +29,8 @@ package queue
 //	github_pulls.go           github_pulls
 //	github_rounds.go          github_rounds
 //	github_dispatches.go      github_dispatches
-//	listen.go                 LISTEN/NOTIFY of events; dashboard.go, outlook.go, metrics.go
+//	listen.go, follow.go      LISTEN/NOTIFY of events, and following them in order;
+//	                          dashboard.go, outlook.go, metrics.go
 //	                          and pacing.go are reads across tables for one consumer
 //	jobs.go, schedule.go      River job kinds, queues and periodic jobs
 //	scope.go, pgerr.go,       scopes, errors of an unreachable database, the server
