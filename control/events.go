@@ -37,11 +37,12 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	evs, err := s.store.Events(r.Context(), f)
+	page, err := s.store.SettledEvents(r.Context(), f) // a client pages on with NextAfter
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	evs := page.Events
 	out := client.EventList{Events: make([]client.Event, 0, len(evs)), NextAfter: f.After}
 	for _, e := range evs {
 		out.Events = append(out.Events, eventWire(e))

@@ -213,9 +213,9 @@ func (f *Follower) read(ctx context.Context) (out []Event, err error) {
 		}
 		f.late = f.late[1:]
 	}
-	page, err := f.settledPage(ctx)
+	page, err := f.store.SettledEvents(ctx, EventFilter{PlanID: f.opts.PlanID, After: f.cursor, Limit: followPage, Scopes: f.opts.Scopes})
 	if err != nil {
-		return out, err
+		return out, fmt.Errorf("read events after %d: %w", f.cursor, err)
 	}
 	f.held = page.Held
 	f.due = len(page.Events) == followPage
@@ -227,8 +227,9 @@ func (f *Follower) read(ctx context.Context) (out []Event, err error) {
 	return out, nil
 }
 
-// settledPage reads the page after the cursor, and reads it again should an event below
-// its last id have committed meanwhile.
+// SettledEvents is EventPage for a reader that moves a cursor (a follower, a client paging
+// with ?after=): should an event below the page's last id have committed while the page
+// was read, it reads the page again, so that the cursor never passes it.
 //
 // EventPage stops below the floors of the transactions in flight, read from pg_locks after
 // its snapshot is taken. A transaction that commits between the two is in neither: its
@@ -236,23 +237,19 @@ func (f *Follower) read(ctx context.Context) (out []Event, err error) {
 // again in a later statement, whose snapshot follows that pg_locks read, finds them: such
 // a transaction committed before it. (A transaction whose floor came after the pg_locks
 // read drew its ids after every id of the page.)
-func (f *Follower) settledPage(ctx context.Context) (EventPage, error) {
-	filter := EventFilter{PlanID: f.opts.PlanID, After: f.cursor, Limit: followPage, Scopes: f.opts.Scopes}
+func (s *Store) SettledEvents(ctx context.Context, f EventFilter) (EventPage, error) {
 	for try := 1; ; try++ {
-		page, err := f.store.EventPage(ctx, filter)
-		if err != nil {
-			return EventPage{}, fmt.Errorf("read events after %d: %w", f.cursor, err)
-		}
-		if len(page.Events) == 0 || try == settleTries {
-			return page, nil // after settleTries, a late event is handed out late (noteLate)
+		page, err := s.EventPage(ctx, f)
+		if err != nil || len(page.Events) == 0 || try == settleTries {
+			return page, err // after settleTries, a follower hands a late event out late (noteLate)
 		}
 		var n int
-		if err := f.store.pool.QueryRow(ctx, `
+		if err := s.pool.QueryRow(ctx, `
 			SELECT count(*) FROM events e
 			WHERE e.id > $1 AND e.id <= $2 AND ($3 = '' OR e.plan_id = $3)
 			  AND ($4::text[] = '{}' OR e.plan_id IN (SELECT p.id FROM plans p WHERE `+scopeMatchSQL("$4")+`))`,
-			f.cursor, page.Events[len(page.Events)-1].ID, f.opts.PlanID, f.opts.Scopes.Strings()).Scan(&n); err != nil {
-			return EventPage{}, fmt.Errorf("count events after %d: %w", f.cursor, err)
+			f.After, page.Events[len(page.Events)-1].ID, f.PlanID, f.Scopes.Strings()).Scan(&n); err != nil {
+			return EventPage{}, fmt.Errorf("count events after %d: %w", f.After, err)
 		}
 		if n == len(page.Events) {
 			return page, nil
@@ -260,7 +257,7 @@ func (f *Follower) settledPage(ctx context.Context) (EventPage, error) {
 	}
 }
 
-// settleTries is how many times settledPage reads a page whose range was still filling.
+// settleTries is how many times SettledEvents reads a page whose range was still filling.
 const settleTries = 5
 
 // windowIDs is how many of the most recent ids an idWindow remembers.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,6 +313,57 @@ func TestFollowerIdleAndStop(t *testing.T) {
 	for _, f := range []*queue.Follower{f, fresh} {
 		if evs, err := f.Next(ctx, 0); !errors.Is(err, queue.ErrFollowStopped) {
 			t.Errorf("Next after Stop = %d events, %v; want ErrFollowStopped", len(evs), err)
+		}
+	}
+}
+
+// A reader paging with SettledEvents while writers commit out of order never moves its
+// cursor past an event that commits late: it reads every committed event once, in order.
+func TestSettledEventsPagingNeverPassesALateCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	var end atomic.Int64 // the last event's id, once the writers are done
+	done := make(chan struct{})
+	var ids []int64
+	var readErr error
+	go func() {
+		defer close(done)
+		var cursor int64
+		for {
+			p, err := st.SettledEvents(ctx, queue.EventFilter{PlanID: "p", After: cursor, Limit: 7})
+			if err != nil {
+				readErr = err
+				return
+			}
+			for _, e := range p.Events {
+				ids = append(ids, e.ID)
+				cursor = e.ID
+			}
+			if last := end.Load(); last > 0 && cursor >= last {
+				return
+			}
+		}
+	}()
+	committed, _ := raceWriters(t, pool, "p", 4, 25)
+	end.Store(appendEvent(t, pool, "p", "", "log.end"))
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the reader did not reach the last event within 60 s")
+	}
+	if readErr != nil {
+		t.Fatal(readErr)
+	}
+	want := append(committed, end.Load())
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Errorf("paged %d events, want the %d committed ones once each in id order", len(ids), len(want))
+		for i := range min(len(ids), len(want)) {
+			if ids[i] != want[i] {
+				t.Errorf("first difference at %d: got %d, want %d", i, ids[i], want[i])
+				break
+			}
 		}
 	}
 }
