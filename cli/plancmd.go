@@ -40,29 +40,9 @@ See the README for the whole format.`,
 
 // readPlanFile reads and validates a plan file ("-" is stdin).
 func (a *app) readPlanFile(path string) (*plan.Plan, error) {
-	var (
-		r    io.Reader
-		name = path
-	)
-	if path == "-" {
-		r, name = a.io.In, "standard input"
-	} else {
-		f, err := os.Open(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, envf("plan file %s does not exist", path)
-		}
-		if err != nil {
-			return nil, envf("open plan file: %w", err)
-		}
-		defer func() { _ = f.Close() }() // read only: nothing to lose on close
-		r = f
-	}
-	data, err := io.ReadAll(io.LimitReader(r, maxPlanFile+1))
+	data, err := a.readInputFile("plan file", path, "standard input")
 	if err != nil {
-		return nil, envf("read plan file %s: %w", name, err)
-	}
-	if len(data) > maxPlanFile {
-		return nil, failf("plan file %s is larger than %d MiB", name, maxPlanFile>>20)
+		return nil, err
 	}
 	attempts, err := a.maxAttempts()
 	if err != nil {
@@ -76,6 +56,37 @@ func (a *app) readPlanFile(path string) (*plan.Plan, error) {
 		fmt.Fprintf(a.io.Err, "note: %s\n", n)
 	}
 	return p, nil
+}
+
+// readInputFile reads the file a command was given ("-" is standard input, named
+// stdinName in messages), refusing one larger than maxPlanFile. kind names it ("plan
+// file").
+func (a *app) readInputFile(kind, path, stdinName string) ([]byte, error) {
+	var (
+		r    io.Reader
+		name = path
+	)
+	if path == "-" {
+		r, name = a.io.In, stdinName
+	} else {
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, envf("%s %s does not exist", kind, path)
+		}
+		if err != nil {
+			return nil, envf("open %s: %w", kind, err)
+		}
+		defer func() { _ = f.Close() }() // read only: nothing to lose on close
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxPlanFile+1))
+	if err != nil {
+		return nil, envf("read %s %s: %w", kind, name, err)
+	}
+	if len(data) > maxPlanFile {
+		return nil, failf("%s %s is larger than %d MiB", kind, name, maxPlanFile>>20)
+	}
+	return data, nil
 }
 
 // progress reports import progress on stderr when it is a terminal.

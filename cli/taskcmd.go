@@ -2,10 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"io"
-	"io/fs"
-	"os"
 	"os/user"
 	"strings"
 
@@ -62,7 +58,7 @@ run — PENDING, or SKIPPED by the decision gate — may change; the gate judges
 // changeTask adds the task in file to the plan (edit "") or replaces task edit with it
 // (queue AddTask, EditTask: the checks, events and status rules of an import).
 func (a *app) changeTask(ctx context.Context, planID, edit, file string) error {
-	raw, err := a.readTaskFile(file)
+	raw, err := a.readInputFile("task file", file, "-")
 	if err != nil {
 		return err
 	}
@@ -97,30 +93,6 @@ func localUser() string {
 		return "local:" + u.Username
 	}
 	return "local"
-}
-
-// readTaskFile reads a task file ("-" is standard input), bounded like a plan file.
-func (a *app) readTaskFile(path string) ([]byte, error) {
-	r := a.io.In
-	if path != "-" {
-		f, err := os.Open(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, envf("task file %s does not exist", path)
-		}
-		if err != nil {
-			return nil, envf("open task file: %w", err)
-		}
-		defer func() { _ = f.Close() }() // read only
-		r = f
-	}
-	data, err := io.ReadAll(io.LimitReader(r, maxPlanFile+1))
-	if err != nil {
-		return nil, envf("read task file %s: %w", path, err)
-	}
-	if len(data) > maxPlanFile {
-		return nil, failf("task file %s is larger than %d MiB", path, maxPlanFile>>20)
-	}
-	return data, nil
 }
 
 func (a *app) planTaskRemove() *cobra.Command {
