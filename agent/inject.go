@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 	"unicode"
 )
@@ -30,13 +31,117 @@ type injectionPattern struct {
 	re   *regexp.Regexp
 }
 
+// scanPattern is an injection pattern with its needles: strings one of which every match
+// of re contains (nil: unknown). A text that holds none of them cannot match, and re does
+// not run on it (see needles).
+type scanPattern struct {
+	injectionPattern
+	needles []string
+}
+
+// mayMatch reports whether text holds one of p's needles, or p has none.
+func (p scanPattern) mayMatch(text string) bool {
+	if p.needles == nil {
+		return true
+	}
+	for _, n := range p.needles {
+		if strings.Contains(text, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// withNeedles gives each pattern its needles.
+func withNeedles(ps []injectionPattern) []scanPattern {
+	out := make([]scanPattern, len(ps))
+	for i, p := range ps {
+		out[i] = scanPattern{p, needles(p.re)}
+	}
+	return out
+}
+
+// maxNeedles bounds the needles of a pattern: past it, the pattern always runs.
+const maxNeedles = 64
+
+// needles returns strings one of which every match of re contains, or nil when the
+// syntax does not say. Checking them first costs nanoseconds where the regexp costs
+// microseconds, on every field of every task's prompt. It is RE2's prefilter, reduced:
+// a literal is itself; a small class of single characters, each of them; a sequence,
+// the needles of one of its parts (each part's match lies inside the whole's); an
+// alternation, the union of its branches' (one of them matched), unknown if one is;
+// a repetition of at least one, its body's; anything else (\b, \W, optional parts,
+// case-folded literals) says nothing.
+func needles(re *regexp.Regexp) []string {
+	t, err := syntax.Parse(re.String(), syntax.Perl)
+	if err != nil {
+		return nil
+	}
+	return required(t.Simplify())
+}
+
+func required(re *syntax.Regexp) []string {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if re.Flags&syntax.FoldCase != 0 {
+			return nil
+		}
+		return []string{string(re.Rune)}
+	case syntax.OpCharClass:
+		var out []string
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			for r := re.Rune[i]; r <= re.Rune[i+1]; r++ {
+				if len(out) == 8 {
+					return nil
+				}
+				out = append(out, string(r))
+			}
+		}
+		return out
+	case syntax.OpCapture, syntax.OpPlus:
+		return required(re.Sub[0])
+	case syntax.OpRepeat:
+		if re.Min >= 1 {
+			return required(re.Sub[0])
+		}
+	case syntax.OpConcat:
+		var best []string
+		for _, sub := range re.Sub {
+			if n := required(sub); n != nil && (best == nil || shortest(n) > shortest(best)) {
+				best = n
+			}
+		}
+		return best
+	case syntax.OpAlternate:
+		var out []string
+		for _, sub := range re.Sub {
+			n := required(sub)
+			if n == nil || len(out)+len(n) > maxNeedles {
+				return nil
+			}
+			out = append(out, n...)
+		}
+		return out
+	}
+	return nil
+}
+
+// shortest is the length of the shortest of ns.
+func shortest(ns []string) int {
+	m := len(ns[0])
+	for _, n := range ns[1:] {
+		m = min(m, len(n))
+	}
+	return m
+}
+
 // injectionPatterns run on normalised text (see normalizeForScan): lowercase, look-alike
 // letters folded to ASCII, invisible characters dropped, whitespace collapsed. They port
 // the Python system's list ("ignore previous instructions", <system> tags with homoglyphs,
 // [INST], <|im_start|>, <|im_end|>) and extend it. Each is narrow enough that ordinary
 // issue text ("ignore whitespace in the diff", "the user is now redirected") passes: a
 // false positive fails a task outright.
-var injectionPatterns = []injectionPattern{
+var injectionPatterns = withNeedles([]injectionPattern{
 	{"ignore_previous_instructions", regexp.MustCompile(`\bignore\W+(?:(?:all|any|the|your|of|my|these|those|every)\W+)*(?:previous|prior|above|earlier|preceding|former|foregoing|original|system)\W+(?:instructions?|prompts?|directions?|directives?|rules|guidance|guidelines)\b`)},
 	{"ignore_the_above", regexp.MustCompile(`\bignore\W+(?:all\W+)?(?:of\W+)?(?:everything\W+|the\W+)?(?:above|written\W+above|before\W+this)(?:\s*$|\s*[.;:!]|\W+(?:and|instructions?|text|prompts?|rules)\b)`)},
 	{"disregard_previous", regexp.MustCompile(`\bdisregard\W+(?:(?:all|any|the|your|of|my|everything)\W+)*(?:previous|prior|above|earlier|preceding|foregoing|original|system|instructions|rules)\b`)},
@@ -51,17 +156,17 @@ var injectionPatterns = []injectionPattern{
 	{"mode_switch", regexp.MustCompile(`\b(?:enable|enter|activate|switch\W+to|turn\W+on)\W+(?:the\W+)?(?:dan|god|jailbreak|unrestricted)\W+mode\b|\bdo\W+anything\W+now\b|\bjailbreak(?:ed)?\W+mode\b`)},
 	{"act_unrestricted", regexp.MustCompile(`\b(?:act|behave|respond|answer)\W+as\W+(?:if\W+you\W+(?:are|were)\W+)?(?:an?\W+)?(?:unrestricted|unfiltered|uncensored|jailbroken|evil|malicious)\b|\bpretend\W+(?:that\W+)?you\W+(?:are|have)\W+(?:no\W+(?:rules|restrictions|guidelines|limits|filters)|unrestricted|not\W+bound)`)},
 	{"credential_exfiltration", regexp.MustCompile(`\b(?:cat|print|echo|send|upload|post|curl|wget|nc|scp|exfiltrate|leak|base64)\b[^\n]{0,80}(?:~/\.ssh\b|\.ssh/id_|\bid_rsa\b|\bid_ed25519\b|\.aws/credentials|\.netrc\b|\.git-credentials|/etc/shadow|\.docker/config\.json|\$\{?whilly_\w*(?:token|secret|key)|\.claude/\.credentials|\.codex/auth\.json)|\b(?:printenv|env)\s*\|\s*(?:curl|wget|nc|base64)\b`)},
-}
+})
 
 // squashedPatterns run on the normalised text with everything but letters and digits
 // removed, catching "i.g.n.o.r.e p-r-e-v-i-o-u-s instructions" and friends. Only phrases
 // long enough not to appear by accident inside ordinary words belong here.
-var squashedPatterns = []injectionPattern{
+var squashedPatterns = withNeedles([]injectionPattern{
 	{"ignore_previous_instructions", regexp.MustCompile(`ignore(?:all|any|the|your|of)*(?:previous|prior|above|earlier|preceding)(?:instructions?|prompts?|rules|directions)`)},
 	{"disregard_previous", regexp.MustCompile(`disregard(?:all|any|the|your)*(?:previous|prior|above|preceding)(?:instructions?|prompts?|rules|directions|text)`)},
 	{"system_prompt_override", regexp.MustCompile(`systempromptoverride|override(?:the|your)?systemprompt`)},
 	{"mode_switch", regexp.MustCompile(`doanythingnow|jailbreakmode`)},
-}
+})
 
 // ParseDenyPatterns compiles WHILLY_PROMPT_DENY_PATTERNS: regular expressions separated by
 // commas (a comma inside a pattern is written \x2c). Blank entries are skipped. Matching
@@ -94,12 +199,18 @@ func CheckInjection(field, text string, deny []*regexp.Regexp) error {
 	}
 	norm := normalizeForScan(text)
 	for _, p := range injectionPatterns {
+		if !p.mayMatch(norm) {
+			continue
+		}
 		if m := p.re.FindString(norm); m != "" {
 			return &InjectionError{Field: field, Pattern: p.name, Match: bound(Redact(m), 80)}
 		}
 	}
 	squashed := squash(norm)
 	for _, p := range squashedPatterns {
+		if !p.mayMatch(squashed) {
+			continue
+		}
 		if m := p.re.FindString(squashed); m != "" {
 			return &InjectionError{Field: field, Pattern: p.name, Match: bound(m, 80)}
 		}
