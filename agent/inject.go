@@ -122,6 +122,7 @@ func required(re *syntax.Regexp) []string {
 			out = append(out, n...)
 		}
 		return out
+	default: // \b, \W, optional parts and the like say nothing
 	}
 	return nil
 }

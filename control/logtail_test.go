@@ -57,14 +57,14 @@ func TestLogTailIsStoredWithTheReport(t *testing.T) {
 		t.Errorf("refused reports changed the stored log: %s → %s", before, after)
 	}
 	done := client.CompleteRequest{LeaseID: c.Lease.ID, Log: &client.LogTail{Offset: 0, Text: "hello\nworld\n"}}
-	if res, err := w.Complete(ctx, "p", "T1", done); err != nil || res.Task.Status != plan.StatusDone {
+	if res, err := w.Complete(ctx, "p", "T1", done); err != nil || res.Status != plan.StatusDone {
 		t.Fatalf("complete with a tail: %+v, %v", res, err)
 	}
 	if lg := read("T1", "1"); lg.Text != "hello\nworld\n" || lg.Running || lg.NextOffset != 12 {
 		t.Fatalf("T1's log = %+v; want hello, world once", lg)
 	}
 	before = e.logDigest()
-	if res, err := w.Complete(ctx, "p", "T1", done); err != nil || res.Task.Status != plan.StatusDone { // its answer was lost
+	if res, err := w.Complete(ctx, "p", "T1", done); err != nil || res.Status != plan.StatusDone { // its answer was lost
 		t.Fatalf("the same completion again: %+v, %v", res, err)
 	}
 	if after := e.logDigest(); after != before {
