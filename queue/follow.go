@@ -38,7 +38,7 @@ const followDegradedPoll = time.Second
 //
 // Event ids are drawn before commit, so a transaction may commit an id lower than one
 // already committed. Reads stop below the first id a transaction in flight may still
-// commit (EventPage, unsettledSQL), so a cursor never passes an event that commits late:
+// commit (SettledEvents, unsettledSQL), so a cursor never passes an event that commits late:
 // such an event is waited for as long as its transaction is open, and read again every
 // followHeldRecheck in case it rolled back. A writer that bypasses that floor (a raw
 // nextval) may still commit below the cursor; its notification names its ids, and that
