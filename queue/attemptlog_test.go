@@ -1,0 +1,74 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/queue"
+)
+
+func TestReportsStoreTheirLogTail(t *testing.T) {
+	eachStore(t, testReportsStoreTheirLogTail)
+}
+
+// testReportsStoreTheirLogTail: the log tail of a completion is stored with it on every
+// path — batched with the next claim, batched alone, careful (a cost) — and of a failure,
+// with the hooks off and on; a report refused for its lease stores nothing.
+func testReportsStoreTheirLogTail(t *testing.T, newStore storeMaker) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := newStore(t)
+	p := &plan.Plan{ID: "tails", Name: "tails"}
+	for i := range 8 {
+		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%02d", i)))
+	}
+	importTasks(t, st, p)
+	w := register(t, st)
+	tail := func(s string) *queue.LogTail { return &queue.LogTail{Offset: 0, Data: []byte(s)} }
+	reports := []struct {
+		name string
+		do   func(l queue.Lease) error
+	}{
+		{"handoff", func(l queue.Lease) error {
+			_, _, err := st.CompleteAndClaim(ctx, l, queue.CompleteInput{Log: tail("handoff\n")},
+				queue.ClaimRequest{WorkerID: w.ID, PlanID: "tails", Key: "3c9d2f6e-1a4b-4c8d-9e0f-5a6b7c8d9e0f"})
+			return err
+		}},
+		{"complete", func(l queue.Lease) error {
+			_, err := st.Complete(ctx, l, queue.CompleteInput{Log: tail("complete\n")})
+			return err
+		}},
+		{"careful", func(l queue.Lease) error {
+			_, err := st.Complete(ctx, l, queue.CompleteInput{Cost: 5, Log: tail("careful\n")})
+			return err
+		}},
+		{"fail", func(l queue.Lease) error {
+			_, err := st.Fail(ctx, l, queue.FailInput{Reason: "flaky", Log: tail("fail\n")})
+			return err
+		}},
+	}
+	for _, r := range reports {
+		c := mustClaim(t, st, w, "tails")
+		if held, err := st.HeldClaim(ctx, queue.ClaimRequest{WorkerID: w.ID, Key: "3c9d2f6e-1a4b-4c8d-9e0f-5a6b7c8d9e0f"}); err == nil && held != nil {
+			c = held // the handoff's next claim
+		}
+		forged := leaseOf(c, w.ID)
+		forged.LeaseID = "00000000-0000-4000-8000-000000000000"
+		if err := r.do(forged); !errors.Is(err, queue.ErrLeaseLost) {
+			t.Fatalf("%s with a forged lease: %v, want lease lost", r.name, err)
+		}
+		if lg, err := st.ReadAttemptLog(ctx, "tails", c.Task.ID, c.Task.Attempts, 0); err != nil || len(lg.Data) != 0 {
+			t.Fatalf("%s with a forged lease stored %q (%v)", r.name, lg.Data, err)
+		}
+		if err := r.do(leaseOf(c, w.ID)); err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+		lg, err := st.ReadAttemptLog(ctx, "tails", c.Task.ID, c.Task.Attempts, 0)
+		if err != nil || string(lg.Data) != r.name+"\n" || lg.Running {
+			t.Fatalf("the log after %s = %q running %v (%v)", r.name, lg.Data, lg.Running, err)
+		}
+	}
+}
