@@ -271,7 +271,8 @@ func (a *app) benchE2E() *cobra.Command {
 this one, or --worker-bin) with the sim agent at --sim-delay (default 0: the agent returns
 at once), which claim, start and complete M tasks of a scratch plan through the API.
 
-The workers first wait in long-poll on the empty plan; then the M tasks are imported.
+Like claims, it first vacuums and analyzes the tasks table. The workers first wait in
+long-poll on the empty plan; then the M tasks are imported.
 tasks_per_s is M over the span from the first CLAIM to the last COMPLETE (the events'
 database timestamps, so worker start-up does not count). A task's overhead is the time from
 its CLAIM to its COMPLETE minus the agent's own run time (the sim delay): the claim's

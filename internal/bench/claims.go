@@ -96,8 +96,8 @@ func Claims(ctx context.Context, s Setup, o ClaimsOptions) (ClaimsResult, error)
 	}
 	defer e.close(ctx)
 	res := ClaimsResult{Workers: o.Workers, Tasks: o.Tasks, PoolConns: e.pool.Config().MaxConns, ChainLength: o.Chain, Hooks: !o.NoHooks}
-	if _, err := e.pool.Exec(ctx, `VACUUM (ANALYZE) tasks`); err != nil {
-		return res, fmt.Errorf("vacuum the tasks table: %w", err)
+	if err := e.vacuum(ctx); err != nil {
+		return res, err
 	}
 
 	s.progressf("raw SKIP LOCKED loops over %d rows with %d connections", o.Tasks, o.Workers)

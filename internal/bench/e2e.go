@@ -121,6 +121,9 @@ func E2E(ctx context.Context, s Setup, o E2EOptions) (E2EResult, error) {
 		return E2EResult{}, err
 	}
 	defer e.close(ctx)
+	if err := e.vacuum(ctx); err != nil {
+		return E2EResult{}, err
+	}
 	id, err := e.scratchPlan(ctx, "e2e")
 	if err != nil {
 		return E2EResult{}, err
