@@ -14,15 +14,12 @@ import (
 // waits for a batch to fill. The caller that finds no batch running leads: it runs the
 // batch (itself and whoever waits, up to max) and hands the lead to the first caller
 // still waiting. (Two batches of a key at once were slower: smaller batches, and each
-// skipping the other's locked rows.) A run may hand the lead over early (release) once
-// its statements are done and only its commit is left: the next batch then overlaps that
-// round trip.
+// skipping the other's locked rows.)
 type group[K comparable, In, Out any] struct {
 	max int
 	// run answers every call of a batch: out[i] and errs[i] belong to in[i]. Its context
-	// is not the leader's, whose request may end while the others still wait. It may call
-	// release, in its own goroutine, to let the next batch of key start before it returns.
-	run func(ctx context.Context, key K, in []In, release func()) (out []Out, errs []error)
+	// is not the leader's, whose request may end while the others still wait.
+	run func(ctx context.Context, key K, in []In) (out []Out, errs []error)
 
 	mu sync.Mutex
 	// waiting holds, for each key with a batch running, the calls no batch has taken yet.
@@ -68,21 +65,6 @@ func (g *group[K, In, Out]) do(ctx context.Context, key K, in In) (Out, error) {
 	g.waiting[key] = append([]*groupCall[In, Out](nil), q[n:]...)
 	g.mu.Unlock()
 
-	released := false
-	release := func() { // hands the lead to the first caller still waiting, once
-		if released {
-			return
-		}
-		released = true
-		g.mu.Lock()
-		if q := g.waiting[key]; len(q) > 0 {
-			g.waiting[key] = q[1:]
-			close(q[0].lead)
-		} else {
-			delete(g.waiting, key)
-		}
-		g.mu.Unlock()
-	}
 	finished := false
 	defer func() {
 		if !finished { // run panicked: answer the others before the panic goes on
@@ -93,7 +75,14 @@ func (g *group[K, In, Out]) do(ctx context.Context, key K, in In) (Out, error) {
 		for _, b := range batch[1:] {
 			close(b.done)
 		}
-		release()
+		g.mu.Lock()
+		if q := g.waiting[key]; len(q) > 0 {
+			g.waiting[key] = q[1:]
+			close(q[0].lead)
+		} else {
+			delete(g.waiting, key)
+		}
+		g.mu.Unlock()
 	}()
 	ins := make([]In, len(batch))
 	for i, b := range batch {
@@ -101,7 +90,7 @@ func (g *group[K, In, Out]) do(ctx context.Context, key K, in In) (Out, error) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 	defer cancel()
-	out, errs := g.run(rctx, key, ins, release)
+	out, errs := g.run(rctx, key, ins)
 	for i, b := range batch {
 		b.out, b.err = out[i], errs[i]
 	}

@@ -21,7 +21,7 @@ func TestGroupBatches(t *testing.T) {
 		overlaps  atomic.Int32
 		oversized atomic.Int32
 	)
-	g := &group[string, int, string]{max: 8, run: func(_ context.Context, key string, in []int, _ func()) ([]string, []error) {
+	g := &group[string, int, string]{max: 8, run: func(_ context.Context, key string, in []int) ([]string, []error) {
 		n, _ := running.LoadOrStore(key, new(atomic.Int32))
 		if n.(*atomic.Int32).Add(1) > 1 {
 			overlaps.Add(1)
@@ -78,7 +78,7 @@ func TestGroupBatches(t *testing.T) {
 func TestGroupSurvivesAPanic(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	g := &group[string, int, int]{max: 8, run: func(_ context.Context, _ string, in []int, _ func()) ([]int, []error) {
+	g := &group[string, int, int]{max: 8, run: func(_ context.Context, _ string, in []int) ([]int, []error) {
 		if in[0] == 0 {
 			<-release
 			panic("boom")
@@ -132,44 +132,5 @@ func TestGroupSurvivesAPanic(t *testing.T) {
 	}
 	if got, err := g.do(context.Background(), "k", 5); err != nil || got != 5 {
 		t.Fatalf("a later call = %d, %v; want 5", got, err)
-	}
-}
-
-// TestGroupReleaseStartsTheNextBatch: a run that releases its key (its statements done,
-// only its commit left) lets the next batch of the key run before it returns; both
-// calls get their answers and the key is left behind by neither.
-func TestGroupReleaseStartsTheNextBatch(t *testing.T) {
-	t.Parallel()
-	commit, released, secondRan := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	g := &group[string, int, int]{max: 8, run: func(_ context.Context, _ string, in []int, release func()) ([]int, []error) {
-		if in[0] == 0 {
-			release()
-			close(released)
-			<-commit // the first batch's commit waits for the second batch to have run
-		} else {
-			close(secondRan)
-		}
-		return in, make([]error, len(in))
-	}}
-	first := make(chan error, 1)
-	go func() {
-		_, err := g.do(context.Background(), "k", 0)
-		first <- err
-	}()
-	<-released
-	if v, err := g.do(context.Background(), "k", 1); v != 1 || err != nil {
-		t.Fatalf("second call = %d, %v; want 1", v, err)
-	}
-	select {
-	case <-secondRan:
-	default:
-		t.Fatal("the second batch did not run")
-	}
-	close(commit)
-	if err := <-first; err != nil {
-		t.Fatalf("first call: %v", err)
-	}
-	if len(g.waiting) != 0 {
-		t.Errorf("keys left behind: %v", g.waiting)
 	}
 }

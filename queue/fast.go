@@ -29,9 +29,8 @@ func fast(in CompleteInput) bool { return in.Cost == 0 }
 // transaction. With one, BEGIN goes first and markChangedSQL (for what the batch may
 // have changed, t) last in the same round trip; the hook then runs once for each plan
 // the batch changed, and COMMIT follows: two round trips, and more only when a hook has
-// a job to insert; the next batch of the key may start before the COMMIT (release). An
-// error of read or of a hook rolls everything back.
-func (s *Store) hotTx(ctx context.Context, b *pgx.Batch, t touched, read func(pgx.BatchResults) error, release func()) error {
+// a job to insert. An error of read or of a hook rolls everything back.
+func (s *Store) hotTx(ctx context.Context, b *pgx.Batch, t touched, read func(pgx.BatchResults) error) error {
 	if s.cfg.Hooks.PlanChanged == nil {
 		br := s.pool.SendBatch(ctx, b)
 		err := read(br)
@@ -61,9 +60,6 @@ func (s *Store) hotTx(ctx context.Context, b *pgx.Batch, t touched, read func(pg
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	// The batch's rows and its plans' mirror rows stay locked until COMMIT: the next
-	// batch may start meanwhile (it skips the rows, and waits for the mirror rows).
-	release()
 	tx := openTx{conn: conn.Conn()}
 	if err == nil {
 		err = s.planChanged(ctx, tx, cs)
@@ -113,7 +109,7 @@ func keyOf(req ClaimRequest) claimKey {
 }
 
 // claimBatch answers a batch of claims of one key (the claims group's run).
-func (s *Store) claimBatch(ctx context.Context, key claimKey, reqs []ClaimRequest, release func()) ([]*Claim, []error) {
+func (s *Store) claimBatch(ctx context.Context, key claimKey, reqs []ClaimRequest) ([]*Claim, []error) {
 	var cs []*Claim
 	b := hotBatch()
 	b.Queue(claimSQL(key.plan), claimArgs(s.cfg.LeaseTTL, key.plan, reqs[0].Labels, reqs[0].Scopes, reqs)...)
@@ -121,7 +117,7 @@ func (s *Store) claimBatch(ctx context.Context, key claimKey, reqs []ClaimReques
 		rows, err := hotQuery(br)
 		cs, err = scanClaims(rows, err, len(reqs))
 		return err
-	}, release)
+	})
 	if err != nil {
 		return make([]*Claim, len(reqs)), fill(len(reqs), err)
 	}
@@ -250,7 +246,7 @@ func gaveUp(err error, n int) (completed, error) {
 
 // completeBatch completes a batch of tasks of one plan in one statement (the completions
 // group's run).
-func (s *Store) completeBatch(ctx context.Context, planID string, cs []completion, release func()) ([]TaskInfo, []error) {
+func (s *Store) completeBatch(ctx context.Context, planID string, cs []completion) ([]TaskInfo, []error) {
 	var done completed
 	b := hotBatch()
 	b.Queue(completeUnsettledSQL, completeArgs(planID, cs)...)
@@ -264,7 +260,7 @@ func (s *Store) completeBatch(ctx context.Context, planID string, cs []completio
 			_, err = br.Exec()
 		}
 		return err
-	}, release)
+	})
 	switch {
 	case errors.Is(err, errGaveUp):
 		return make([]TaskInfo, len(cs)), fill(len(cs), errCareful)
@@ -341,7 +337,7 @@ func (s *Store) CompleteAndClaim(ctx context.Context, l Lease, in CompleteInput,
 // may be handed over at once, and a worker whose completion was left alone gets nothing
 // (handoffWorkers) and takes the careful path. When the completions give up, so do the
 // claims.
-func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff, release func()) ([]handedOff, []error) {
+func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff) ([]handedOff, []error) {
 	cs, reqs := make([]completion, len(hs)), make([]ClaimRequest, len(hs))
 	for i, h := range hs {
 		cs[i], reqs[i] = h.completion, h.next
@@ -381,7 +377,7 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff, 
 			out[i].next = c
 		}
 		return err
-	}, release)
+	})
 	switch {
 	case errors.Is(err, errGaveUp):
 		return make([]handedOff, len(hs)), fill(len(hs), errCareful)

@@ -45,7 +45,7 @@ func (s *Store) Start(ctx context.Context, l Lease) (TaskInfo, error) {
 
 // startBatch starts a batch of tasks of one plan in one statement (the starts group's
 // run); the PlanChanged hook runs once, in its transaction (hotTx).
-func (s *Store) startBatch(ctx context.Context, planID string, ls []Lease, release func()) ([]TaskInfo, []error) {
+func (s *Store) startBatch(ctx context.Context, planID string, ls []Lease) ([]TaskInfo, []error) {
 	ids, leases, workers := make([]string, len(ls)), make([]string, len(ls)), make([]string, len(ls))
 	for i, l := range ls {
 		ids[i], leases[i], workers[i] = l.TaskID, l.LeaseID, l.WorkerID
@@ -68,7 +68,7 @@ func (s *Store) startBatch(ctx context.Context, planID string, ls []Lease, relea
 			out[n-1], errs[n-1] = t, nil
 		}
 		return rows.Err()
-	}, release)
+	})
 	if err != nil {
 		return make([]TaskInfo, len(ls)), fill(len(ls), fmt.Errorf("start tasks of plan %s: %w", planID, err))
 	}
