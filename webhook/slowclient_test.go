@@ -33,7 +33,7 @@ import (
 // and a real delivery is accepted afterwards. Not parallel: it measures the heap.
 func TestSlowClientsAreCutOffAndMemoryStaysFlat(t *testing.T) {
 	const (
-		clients     = 12
+		clients     = 16
 		sentAtOnce  = 8 << 20
 		bodyTimeout = time.Second
 		queueWait   = time.Second
@@ -118,7 +118,10 @@ func TestSlowClientsAreCutOffAndMemoryStaysFlat(t *testing.T) {
 	grew := int64(peak.Load()) - int64(base)
 	t.Logf("answers %v; heap %d MiB before, peak %d MiB (+%d MiB) with %d clients holding %d MiB each",
 		answered, base>>20, peak.Load()>>20, grew>>20, clients, sentAtOnce>>20)
-	if grew > 60<<20 {
+	// The cap admits two of these 25 MB bodies at once (+16 MiB on a quiet machine); on
+	// a loaded one a timed-out body's room goes to the next before its buffer is gone, and
+	// the peak was seen at +63 MiB. Without the cap the 16 bodies take 128 MiB and more.
+	if grew > 90<<20 {
 		t.Errorf("the heap grew by %d MiB under slow clients, want it bounded by what two bodies in flight take", grew>>20)
 	}
 
