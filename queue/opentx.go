@@ -46,7 +46,8 @@ func (t openTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return t.conn.SendBatch(ctx, b)
 }
 
-// LargeObjects is not supported: the zero value's methods fail.
+// LargeObjects is not supported (no hook uses large objects): the zero value it returns
+// has no transaction, and its methods would panic.
 func (t openTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
 
 func (t openTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
