@@ -19,13 +19,13 @@ type HooksConfig struct {
 // Hooks returns the GitHub side's store hooks. On every change of a plan, in its
 // transaction, the store has marked a GitHub plan's mirror dirty (queue.ChangedPlan);
 // the hook inserts what that calls for: the mirror's job when none waits (most changes
-// of a busy plan need none), the revocation of the push tokens of leases the change
-// ended, and a new plan's start dispatch. They need only the job inserter, not the
+// of a busy plan need none), the revocation of the push tokens of ended leases when none
+// waits either, and a new plan's start dispatch. They need only the job inserter, not the
 // store: the store is built with them, before anything that uses it (one store, hooks
 // fixed at construction).
 func Hooks(jobs Jobs, cfg HooksConfig) queue.Hooks {
 	return queue.Hooks{PlanChanged: func(ctx context.Context, tx pgx.Tx, c queue.ChangedPlan) error {
-		if c.EndedTokens {
+		if c.RevokeDue {
 			if _, err := jobs.InsertTx(ctx, tx, RevokePushTokensArgs{PlanID: c.PlanID}, nil); err != nil {
 				return fmt.Errorf("enqueue push token revocation of plan %s: %w", c.PlanID, err)
 			}

@@ -131,11 +131,34 @@ func (w *revokeWorker) Work(ctx context.Context, job *river.Job[RevokePushTokens
 
 // RevokeEnded revokes on GitHub the push token of every ended lease (of planID, or of
 // every plan when it is "") and forgets it. Tokens that expired are forgotten unasked.
-func (p *PushTokens) RevokeEnded(ctx context.Context, planID string) error {
+// A plan's job first says it no longer waits (queue.Store.MarkRevocation explains why
+// no ended lease is missed), so that a lease ending from then on enqueues the next job;
+// if it fails, it says again that it waits (its retry), so that changes meanwhile do not.
+func (p *PushTokens) RevokeEnded(ctx context.Context, planID string) (err error) {
 	s, err := newSealer(p.f)
 	if err != nil {
 		return err
 	}
+	if planID != "" {
+		if err := p.store.MarkRevocation(ctx, planID, false); err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil {
+				return
+			}
+			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if merr := p.store.MarkRevocation(mctx, planID, true); merr != nil {
+				// The next change enqueues another job: a duplicate, nothing lost.
+				p.log.WarnContext(ctx, "push token revocation left unmarked", "plan_id", planID, "error", merr)
+			}
+		}()
+	}
+	return p.revokeEnded(ctx, s, planID)
+}
+
+func (p *PushTokens) revokeEnded(ctx context.Context, s *sealer, planID string) error {
 	for {
 		toks, err := p.store.EndedPushTokens(ctx, planID, 100)
 		if err != nil || len(toks) == 0 {

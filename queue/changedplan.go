@@ -11,17 +11,29 @@ import (
 // hook is told it. The store works it out in the change's transaction, in one statement
 // (markChangedSQL), so that a hook has nothing to ask and, on most changes, nothing to do.
 type ChangedPlan struct {
-	PlanID      string
-	Dirty       bool // the plan is tied to an issue: its mirror's version was bumped
-	Fresh       bool // … and its mirror row was created by this change (the plan's first)
-	MirrorDue   bool // … and no mirror job is known to wait for it: the hook inserts one
-	EndedTokens bool // a lease of the plan that holds a push token has ended
+	PlanID    string
+	Dirty     bool // the plan is tied to an issue: its mirror's version was bumped
+	Fresh     bool // … and its mirror row was created by this change (the plan's first)
+	MirrorDue bool // … and no mirror job is known to wait for it: the hook inserts one
+	// RevokeDue: a lease of the plan that holds a push token has ended, and no revocation
+	// job is known to wait for the plan (github_mirror.revoke_at): the hook inserts one.
+	RevokeDue bool
 }
 
 // mirrorJobLost is how long a mirror job is trusted to wait or run before a change
 // enqueues another (its unique insert is a no-op while the first still lives): a job
 // discarded or deleted meanwhile is replaced by the next change after that.
 const mirrorJobLost = "10 minutes"
+
+// revokeDue is markChangedSQL's new revoke_at of the mirror row gm: now() when a push
+// token of an ended lease of the plan waits and no revocation job is known to wait
+// (revoke_at NULL, or older than mirrorJobLost: the job may have been lost), else as it
+// was. It is computed under the mirror row's lock, which every change of the plan takes
+// here; the job clears revoke_at (ClearRevokeDue) under that lock before it lists the
+// tokens, so no ended lease is left without a job that will see it.
+const revokeDue = `CASE WHEN (gm.revoke_at IS NULL OR gm.revoke_at < now() - interval '` + mirrorJobLost + `')
+		AND EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = gm.plan_id AND ` + leaseEnded + `)
+	THEN now() ELSE gm.revoke_at END`
 
 // markChangedSQL marks the plans a transaction changed, once each, in id order (the
 // mirror rows are locked in one order: no deadlock between transactions that change
@@ -31,7 +43,11 @@ const mirrorJobLost = "10 minutes"
 // transaction begun in the same microsecond at worst marks a plan twice, which costs a
 // mirror run that writes nothing). For a plan tied to an issue it bumps the mirror's
 // version (creating the row on the plan's first change) and says whether a mirror job
-// is due; for every plan it looks for push tokens of ended leases.
+// is due, and whether a revocation of its ended leases' push tokens is (revokeDue). A
+// plan without a mirror row before this change — one without an issue (push tokens are
+// minted for issue plans only), or an issue plan's first change — is told to revoke
+// whenever a token of an ended lease exists, as before revoke_at: the row it creates has
+// revoke_at NULL, which costs at most one more job, once per plan.
 const markChangedSQL = `WITH p AS (
 	SELECT DISTINCT id FROM (
 		SELECT unnest($1::text[]) AS id
@@ -44,11 +60,13 @@ const markChangedSQL = `WITH p AS (
 	INSERT INTO github_mirror AS gm (plan_id, job_at)
 	SELECT pl.id, now() FROM plans pl WHERE pl.id IN (SELECT id FROM p) AND pl.github_issue_ref IS NOT NULL ORDER BY pl.id
 	ON CONFLICT (plan_id) DO UPDATE SET version = gm.version + 1,
-		job_at = CASE WHEN gm.job_at IS NULL OR gm.job_at < now() - interval '` + mirrorJobLost + `' THEN now() ELSE gm.job_at END
-	RETURNING gm.plan_id, gm.xmax = 0 AS fresh, gm.job_at = now() AS due
+		job_at = CASE WHEN gm.job_at IS NULL OR gm.job_at < now() - interval '` + mirrorJobLost + `' THEN now() ELSE gm.job_at END,
+		revoke_at = ` + revokeDue + `
+	RETURNING gm.plan_id, gm.xmax = 0 AS fresh, gm.job_at = now() AS due,
+		CASE WHEN gm.xmax <> 0 THEN coalesce(gm.revoke_at = now(), false) END AS revoke
 )
 SELECT p.id, m.plan_id IS NOT NULL, coalesce(m.fresh, false), coalesce(m.due, false),
-	EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = p.id AND ` + leaseEnded + `)
+	coalesce(m.revoke, EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = p.id AND ` + leaseEnded + `))
 FROM p LEFT JOIN m ON m.plan_id = p.id ORDER BY p.id`
 
 // touched names what a transaction may have changed: plans for certain, and tasks of a
@@ -71,7 +89,7 @@ func scanChanges(rows pgx.Rows, err error) ([]ChangedPlan, error) {
 	}
 	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ChangedPlan, error) {
 		var c ChangedPlan
-		err := r.Scan(&c.PlanID, &c.Dirty, &c.Fresh, &c.MirrorDue, &c.EndedTokens)
+		err := r.Scan(&c.PlanID, &c.Dirty, &c.Fresh, &c.MirrorDue, &c.RevokeDue)
 		return c, err
 	})
 	if err != nil {

@@ -59,6 +59,23 @@ func (s *Store) EndedPushTokens(ctx context.Context, planID string, limit int) (
 	return out, nil
 }
 
+// MarkRevocation records whether a revocation job of planID is known to wait
+// (github_mirror.revoke_at, which markChangedSQL sets when it asks for one). The job
+// clears it (waiting false) when it starts, in a statement of its own, before it lists
+// the plan's ended tokens: a change that ends a lease takes the mirror row's lock in the
+// transaction that ends it (markChangedSQL), so it either committed before the clear,
+// which waited for it, and the job's list sees its lease ended, or it reads revoke_at
+// after the clear and enqueues a new job. A job that fails sets it again (waiting true):
+// its retry will clear and list anew, so changes meanwhile need not enqueue another.
+// Nothing happens for a plan without a mirror row.
+func (s *Store) MarkRevocation(ctx context.Context, planID string, waiting bool) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE github_mirror SET revoke_at = CASE WHEN $2 THEN coalesce(revoke_at, now()) END
+		WHERE plan_id = $1`, planID, waiting); err != nil {
+		return fmt.Errorf("mark the push token revocation of plan %s: %w", planID, err)
+	}
+	return nil
+}
+
 // DeletePushToken forgets the push token of a lease once it is revoked.
 func (s *Store) DeletePushToken(ctx context.Context, leaseID string) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM push_tokens WHERE lease_id = $1`, leaseID); err != nil {

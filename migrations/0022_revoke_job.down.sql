@@ -1,0 +1,1 @@
+ALTER TABLE github_mirror DROP COLUMN IF EXISTS revoke_at;
