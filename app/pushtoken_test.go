@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/testkit"
@@ -11,10 +12,11 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// A plan's revocation job says it no longer waits (revoke_at cleared) before it lists
-// the plan's ended tokens, so that a lease ending meanwhile enqueues the next job; when
-// it fails it says again that it waits, for its retry, so that the plan's changes in the
-// meantime enqueue no other. The retry revokes every token on GitHub and forgets it.
+// A plan's revocation job says it no longer waits (revoke_at cleared), under the mirror
+// row's lock, before it lists the plan's ended tokens: a change holding the row makes it
+// wait before it revokes anything, and a lease ending after the clear enqueues the next
+// job. When it fails it says again that it waits, for its retry, so that the plan's
+// changes in the meantime enqueue no other. Each run revokes every token and forgets it.
 func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -36,13 +38,17 @@ func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tokens []string
-	for range 2 {
-		w, err := ws.Workspace(ctx, info, lease()) // no task holds the lease: it has ended
-		if err != nil {
-			t.Fatal(err)
+	mint := func() []string {
+		t.Helper()
+		var tokens []string
+		for range 2 {
+			w, err := ws.Workspace(ctx, info, lease()) // no task holds the lease: it has ended
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens = append(tokens, w.Token)
 		}
-		tokens = append(tokens, w.Token)
+		return tokens
 	}
 	waiting := func() bool {
 		t.Helper()
@@ -52,18 +58,64 @@ func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 		}
 		return w
 	}
-	revoked := func(tok string) bool {
+	allRevoked := func(tokens []string) {
+		t.Helper()
+		revoked := map[string]bool{}
 		for _, r := range gh.TokenRequests() {
-			if r.Token == tok {
-				return !r.RevokedAt.IsZero()
+			revoked[r.Token] = !r.RevokedAt.IsZero()
+		}
+		for i, tok := range tokens {
+			if !revoked[tok] {
+				t.Errorf("token %d not revoked on GitHub", i)
 			}
 		}
-		t.Fatalf("the fake minted no token %.8s…", tok)
-		return false
+		if left, err := st.EndedPushTokens(ctx, info.ID, 100); err != nil || len(left) != 0 {
+			t.Fatalf("push tokens left after the revocation: %d, %v; want none", len(left), err)
+		}
 	}
-
-	gh.Fail(testkit.Fault{Method: "DELETE", Path: "/installation/token", Status: http.StatusBadGateway, Times: 1})
 	pt := app.NewPushTokens(st, f, nil, 0)
+
+	// The job clears the mark before it revokes anything: while a change of the plan
+	// holds the mirror row, the job waits and GitHub hears nothing.
+	tokens := mint()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM github_mirror WHERE plan_id = $1 FOR UPDATE`, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- pt.RevokeEnded(ctx, info.ID) }()
+	testkit.Eventually(t, 10*time.Second, "the job waiting for the mirror row", func() bool {
+		var waits bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND query LIKE 'UPDATE github_mirror SET revoke_at%')`).Scan(&waits); err != nil {
+			t.Fatal(err)
+		}
+		return waits
+	})
+	if n := gh.CountRequests("DELETE", "/installation/token"); n != 0 {
+		t.Fatalf("the job revoked %d tokens before it cleared its mark: a lease ending meanwhile would wait for the sweep", n)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if waiting() {
+		t.Fatal("a revocation job left its plan marked as waiting for one: the next lease to end would wait for the sweep")
+	}
+	allRevoked(tokens)
+
+	// A job that fails marks the plan waiting again, for its retry.
+	tokens = mint()
+	if _, err := pool.Exec(ctx, `UPDATE github_mirror SET revoke_at = now() WHERE plan_id = $1`, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	gh.Fail(testkit.Fault{Method: "DELETE", Path: "/installation/token", Status: http.StatusBadGateway, Times: 1})
 	if err := pt.RevokeEnded(ctx, info.ID); err == nil {
 		t.Fatal("the revocation succeeded while GitHub answered 502")
 	}
@@ -74,14 +126,7 @@ func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	if waiting() {
-		t.Fatal("a revocation job left its plan marked as waiting for one: the next lease to end would wait for the sweep")
+		t.Fatal("the retry left its plan marked as waiting")
 	}
-	for i, tok := range tokens {
-		if !revoked(tok) {
-			t.Errorf("token %d not revoked on GitHub", i)
-		}
-	}
-	if left, err := st.EndedPushTokens(ctx, info.ID, 100); err != nil || len(left) != 0 {
-		t.Fatalf("push tokens left after the revocation: %d, %v; want none", len(left), err)
-	}
+	allRevoked(tokens)
 }
