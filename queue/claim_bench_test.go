@@ -125,3 +125,57 @@ func benchDrain(b *testing.B, newStore storeMaker, backlog, workers int, complet
 	b.ReportMetric(float64(drained.Nanoseconds())/float64(tasks), "ns/task")
 	b.ReportMetric(float64(tasks)/drained.Seconds(), "tasks/s")
 }
+
+// BenchmarkClaimBlocked is a claim that finds nothing because every pending task waits on
+// one running task (a setup task and n tasks after it): what every long-poll wake-up of a
+// waiting worker costs meanwhile, for its plan and for any plan, and what the
+// whilly_ready_tasks gauge costs. The claim walks the n waiting tasks and checks each
+// one's dependencies; ns/op should grow with n, not with n².
+func BenchmarkClaimBlocked(b *testing.B) {
+	for _, n := range []int{100, 1000, 5000} {
+		b.Run(fmt.Sprintf("waiting=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			st, _ := newStore(b)
+			ts := []plan.Task{goodTask("setup")}
+			for i := range n {
+				ts = append(ts, goodTask(fmt.Sprintf("T%05d", i), "setup"))
+			}
+			importTasks(b, st, &plan.Plan{ID: "blocked", Name: "blocked", Tasks: ts})
+			running, waiting := register(b, st), register(b, st)
+			if c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: running.ID, PlanID: "blocked"}); err != nil || c == nil || c.Task.ID != "setup" {
+				b.Fatalf("claim of the setup task: %v, %v", c, err)
+			}
+			for _, sub := range []struct {
+				name string
+				run  func() error
+			}{
+				{"claim-plan", func() error { return emptyClaim(ctx, st, waiting.ID, "blocked") }},
+				{"claim-any", func() error { return emptyClaim(ctx, st, waiting.ID, "") }},
+				{"ready-counts", func() error {
+					got, err := st.ReadyCounts(ctx)
+					if err == nil && got["blocked"] != 0 {
+						err = fmt.Errorf("ready counts %v, want 0 ready", got)
+					}
+					return err
+				}},
+			} {
+				b.Run(sub.name, func(b *testing.B) {
+					for b.Loop() {
+						if err := sub.run(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// emptyClaim claims for worker and fails unless nothing was claimable.
+func emptyClaim(ctx context.Context, st *queue.Store, worker, planID string) error {
+	c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: worker, PlanID: planID})
+	if err == nil && c != nil {
+		err = fmt.Errorf("claimed %s, which waits on a running task", c.Task.ID)
+	}
+	return err
+}

@@ -107,10 +107,7 @@ func (s *Store) IdleDispatches(ctx context.Context, every time.Duration, limit i
 					WHERE t.plan_id = p.id AND t.status = 'PENDING'
 					  AND (t.not_before IS NULL OR t.not_before <= now())
 					  AND (NOT p.strict OR t.gate_verdict <> 'REJECT')
-					  AND NOT EXISTS (
-						SELECT 1 FROM unnest(t.dependencies) AS d(dep)
-						LEFT JOIN tasks x ON x.plan_id = t.plan_id AND x.id = d.dep
-						WHERE x.status IS NULL OR x.status NOT IN ('DONE', 'SKIPPED')))
+					  AND `+depsFinished+`)
 				  AND NOT EXISTS (SELECT 1 FROM github_dispatches d
 					WHERE d.plan_id = p.id AND d.created_at > now() - make_interval(secs => $1))
 				  AND NOT EXISTS (SELECT 1 FROM events e

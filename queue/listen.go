@@ -319,10 +319,7 @@ func (s *Store) ReadyCounts(ctx context.Context) (map[string]int, error) {
 			  AND p.status = 'ACTIVE'
 			  AND (p.budget_usd IS NULL OR p.spent_usd < p.budget_usd)
 			  AND (NOT p.strict OR t.gate_verdict <> 'REJECT')
-			  AND NOT EXISTS (
-				SELECT 1 FROM unnest(t.dependencies) AS d(dep)
-				LEFT JOIN tasks x ON x.plan_id = t.plan_id AND x.id = d.dep
-				WHERE x.status IS NULL OR x.status NOT IN ('DONE', 'SKIPPED'))
+			  AND `+depsFinished+`
 			GROUP BY t.plan_id
 		)
 		SELECT p.id, coalesce(r.n, 0) FROM plans p LEFT JOIN ready r ON r.plan_id = p.id
