@@ -123,11 +123,28 @@ func (s *Store) MirroredPlans(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// mirrorLockSlots is how many mirror locks a pool of maxConns connections may hold at
+// once: fewer than half, so that every holder can still get the one more connection it
+// reads with (and the API some), and at least one.
+func mirrorLockSlots(maxConns int32) int {
+	return max(1, int(maxConns-1)/2)
+}
+
 // WithMirrorLock runs fn holding a session advisory lock on the plan's mirror, so that a
 // mirror job and `whilly forge intake` never write one issue at the same time. It
 // returns false, without running fn, when someone else holds the lock. The lock is held
-// on a pooled connection for the duration of fn (GitHub calls, no transaction).
+// on a pooled connection for the duration of fn (GitHub calls, no transaction), and fn
+// reads the store through the pool: so that locks never hold every connection while
+// their holders wait for one (as many mirror jobs at once as the pool has connections
+// would wait on each other until their deadline), at most mirrorLockSlots of them are
+// held at once; a caller past them waits for a slot.
 func (s *Store) WithMirrorLock(ctx context.Context, planID string, fn func() error) (bool, error) {
+	select {
+	case s.mirrorLocks <- struct{}{}:
+		defer func() { <-s.mirrorLocks }()
+	case <-ctx.Done():
+		return false, fmt.Errorf("lock mirror of plan %s: %w", planID, ctx.Err())
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("lock mirror of plan %s: %w", planID, err)

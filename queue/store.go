@@ -93,6 +93,9 @@ type Store struct {
 	completions *group[string, completion, TaskInfo]
 	handoffs    *group[handoffKey, handoff, handedOff]
 	starts      *group[string, Lease, TaskInfo] // start.go
+
+	// mirrorLocks holds a token for each mirror lock held (WithMirrorLock).
+	mirrorLocks chan struct{}
 }
 
 // NewStore returns a Store over pool.
@@ -105,6 +108,7 @@ func NewStore(pool *pgxpool.Pool, log *slog.Logger, cfg Config) *Store {
 	s.completions = &group[string, completion, TaskInfo]{max: maxBatch, run: s.completeBatch}
 	s.handoffs = &group[handoffKey, handoff, handedOff]{max: maxBatch, run: s.handoffBatch}
 	s.starts = &group[string, Lease, TaskInfo]{max: maxBatch, run: s.startBatch}
+	s.mirrorLocks = make(chan struct{}, mirrorLockSlots(pool.Config().MaxConns))
 	return s
 }
 

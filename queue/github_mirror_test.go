@@ -1,0 +1,69 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/queue"
+)
+
+// A mirror run holds its plan's lock on a pooled connection while it reads the plan
+// through the pool: as many runs at once as the pool has connections must not wait on
+// each other for ever (a pool of 2, three plans mirrored at once, each run reading the
+// store while it holds its lock).
+func TestMirrorLocksNeverTakeTheWholePool(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := testkit.DB(t).Config().Copy()
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	st := queue.NewStore(pool, nil, queue.Config{})
+	inside := make(chan struct{}, 3)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for i := range 3 {
+		wg.Go(func() {
+			locked, err := st.WithMirrorLock(ctx, fmt.Sprintf("plan-%d", i), func() error {
+				inside <- struct{}{}
+				<-release // every run holds its lock before any reads: the worst moment
+				_, err := st.GetPlan(ctx, "none")
+				if errors.Is(err, queue.ErrNotFound) {
+					err = nil // a read that reached the database
+				}
+				return err
+			})
+			if err == nil && !locked {
+				err = fmt.Errorf("plan-%d: lock not taken", i)
+			}
+			errs <- err
+		})
+	}
+	// Let every run that can take its lock take it, then let them all read.
+	select {
+	case <-inside:
+	case <-ctx.Done():
+		t.Fatal("no mirror run took its lock")
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("mirror run: %v", err)
+		}
+	}
+}
