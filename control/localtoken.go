@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -132,9 +133,31 @@ func (t *LocalToken) Stop(ctx context.Context) {
 	t.stale = t.revoke(ctx, append(t.stale, t.cur.Load().prefix))
 }
 
-// RoundTrip sends req with the current token.
+// RoundTrip sends req with the current token. A request refused (401) because its token
+// was revoked while it was on its way — two renewals passed meanwhile, as on a machine
+// slow enough or with a short Renew — is sent again once with the token that replaced
+// it, when its body can be sent again.
 func (t *LocalToken) RoundTrip(req *http.Request) (*http.Response, error) {
+	tok := t.cur.Load()
+	resp, err := t.send(req, tok)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized || t.cur.Load() == tok || (req.Body != nil && req.GetBody == nil) {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so that its connection is reused
+	_ = resp.Body.Close()
+	return t.send(req, t.cur.Load())
+}
+
+// send sends a copy of req (and of its body) with tok.
+func (t *LocalToken) send(req *http.Request, tok *mintedToken) (*http.Response, error) {
 	r := req.Clone(req.Context())
-	r.Header.Set("Authorization", "Bearer "+t.cur.Load().secret)
+	if req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		r.Body = body
+	}
+	r.Header.Set("Authorization", "Bearer "+tok.secret)
 	return t.next.RoundTrip(r)
 }
