@@ -48,6 +48,10 @@ func TestMalformedRequestsChangeNothing(t *testing.T) {
 		{"register: no hostname", bootstrapToken, "POST", "/v1/workers/register", `{"hostname": "  "}`, nil, 400, "hostname"},
 		{"register: hostname type", bootstrapToken, "POST", "/v1/workers/register", `{"hostname": 5}`, nil, 400, "hostname"},
 		{"register: control character", bootstrapToken, "POST", "/v1/workers/register", `{"hostname": "a\u0000b"}`, nil, 400, "hostname"},
+		// A right-to-left override would show "build-01" in the dashboard and the CLI for
+		// a worker that registered as "10-dliub"; zero-width characters make look-alikes.
+		{"register: bidi override", bootstrapToken, "POST", "/v1/workers/register", `{"hostname": "\u202e10-dliub"}`, nil, 400, "hostname"},
+		{"register: zero-width space", bootstrapToken, "POST", "/v1/workers/register", `{"hostname": "build\u200b-01"}`, nil, 400, "hostname"},
 		{"register: bad label", bootstrapToken, "POST", "/v1/workers/register", `{"hostname": "h", "labels": ["gpu; rm -rf"]}`, nil, 400, "Label"},
 		{"register: too large", bootstrapToken, "POST", "/v1/workers/register", huge, nil, 413, "larger than"},
 

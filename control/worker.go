@@ -28,6 +28,11 @@ const (
 	maxReason     = 4096
 )
 
+// unprintable reports a rune a name shown to people must not hold: a control character, or
+// a format character (bidi overrides, zero-width spaces and joiners), which would make
+// it display as another.
+func unprintable(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
+
 func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	var req client.RegisterRequest
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
@@ -35,7 +40,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Hostname = strings.TrimSpace(req.Hostname)
-	if req.Hostname == "" || len(req.Hostname) > 255 || strings.IndexFunc(req.Hostname, unicode.IsControl) >= 0 {
+	if req.Hostname == "" || len(req.Hostname) > 255 || strings.IndexFunc(req.Hostname, unprintable) >= 0 {
 		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field hostname must be 1 to 255 printable characters."))
 		return
 	}
