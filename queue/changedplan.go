@@ -29,7 +29,7 @@ const mirrorJobLost = "10 minutes"
 // token of an ended lease of the plan waits and no revocation job is known to wait
 // (revoke_at NULL, or older than mirrorJobLost: the job may have been lost), else as it
 // was. It is computed under the mirror row's lock, which every change of the plan takes
-// here; the job clears revoke_at (ClearRevokeDue) under that lock before it lists the
+// here; the job clears revoke_at (MarkRevocation) under that lock before it lists the
 // tokens, so no ended lease is left without a job that will see it.
 const revokeDue = `CASE WHEN (gm.revoke_at IS NULL OR gm.revoke_at < now() - interval '` + mirrorJobLost + `')
 		AND EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = gm.plan_id AND ` + leaseEnded + `)
