@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -175,12 +179,13 @@ func (a *app) runBenchScale(ctx context.Context, o benchScaleFlags) error {
 	tw.row("issues done", fmt.Sprintf("%d of %d", res.IssuesDone, res.Issues), "all",
 		fmt.Sprintf("%d installations × %d issues, %d tasks done in %.1f s by %d sim workers", res.Installations, o.Issues, res.TasksDone, res.Seconds, res.Workers))
 	tw.row("writes/transition", fmt.Sprintf("%.3f", res.WritesPerTransition), "≤ 0.2",
-		fmt.Sprintf("%d writes for %d task transitions", res.Writes, res.Transitions))
+		fmt.Sprintf("%d writes for %d task transitions: %s", res.Writes, res.Transitions, writeKinds(res.WritesByKind)))
 	tw.row("writes/min", fmt.Sprint(res.MaxWritesPerMinute), fmt.Sprintf("< %d", res.WriteLimit), "the busiest installation's most writes in any 60 s")
 	tw.row("rate-limited", fmt.Sprint(res.RateLimited), "0", "403/429 answers of the fake GitHub's limits")
 	tw.row("fairness", fmt.Sprintf("%.2f×", res.Spread), "≤ 2×",
 		fmt.Sprintf("median label→first claim per installation: fastest %.0f ms, slowest %.0f ms; all issues p50 %.0f ms, p99 %.0f ms",
 			res.FastestMedianMs, res.SlowestMedianMs, res.FirstClaimP50Ms, res.FirstClaimP99Ms))
+	tw.row("label→👀", fmt.Sprintf("p50 %.0f ms", res.EyesP50Ms), "-", fmt.Sprintf("p99 %.0f ms: the intake's part of the wait for a first claim", res.EyesP99Ms))
 	if err := tw.flush(); err != nil {
 		return err
 	}
@@ -188,4 +193,15 @@ func (a *app) runBenchScale(ctx context.Context, o benchScaleFlags) error {
 	a.printf("issues_done=%d writes_per_transition=%.3f max_writes_per_min=%d rate_limited=%d fairness_spread=%.2f\n",
 		res.IssuesDone, res.WritesPerTransition, res.MaxWritesPerMinute, res.RateLimited, res.Spread)
 	return nil
+}
+
+// writeKinds lists a count of writes by kind, most first.
+func writeKinds(by map[string]int) string {
+	kinds := slices.Collect(maps.Keys(by))
+	slices.SortFunc(kinds, func(a, b string) int { return cmp.Or(by[b]-by[a], strings.Compare(a, b)) })
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%d %s", by[k], k)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/whilly-go/whilly/app"
@@ -35,6 +36,9 @@ type ScaleResult struct {
 	Transitions         int     `json:"transitions"`
 	Writes              int     `json:"writes"`
 	WritesPerTransition float64 `json:"writes_per_transition"`
+	// WritesByKind splits Writes: reactions, labels (added or removed), comments
+	// (created), comment edits, and other (pull requests, …).
+	WritesByKind map[string]int `json:"writes_by_kind"`
 	// MaxWritesPerMinute is the most writes any installation made in any 60 s, against
 	// WriteLimit (GitHub's secondary limit, which the fake enforces).
 	MaxWritesPerMinute int `json:"max_writes_per_minute"`
@@ -48,6 +52,10 @@ type ScaleResult struct {
 	Spread          float64 `json:"spread"`
 	FirstClaimP50Ms float64 `json:"first_claim_p50_ms"`
 	FirstClaimP99Ms float64 `json:"first_claim_p99_ms"`
+	// EyesP50Ms and EyesP99Ms are label to 👀 (the intake's acknowledgement), over every
+	// issue: how much of the first claim's wait is the intake's.
+	EyesP50Ms float64 `json:"eyes_p50_ms"`
+	EyesP99Ms float64 `json:"eyes_p99_ms"`
 	Problems        int64   `json:"problems"`
 }
 
@@ -59,7 +67,7 @@ type ScaleResult struct {
 // per minute, the rate-limit answers, and how evenly installations got their first task
 // claimed.
 func Scale(ctx context.Context, s Setup, o ScaleOptions) (ScaleResult, error) {
-	res := ScaleResult{Installations: o.Installations, Issues: o.Installations * o.Issues, Workers: o.Workers}
+	res := ScaleResult{Installations: o.Installations, Issues: o.Installations * o.Issues, Workers: o.Workers, WritesByKind: map[string]int{}}
 	e, err := open(ctx, s, true)
 	if err != nil {
 		return res, err
@@ -107,6 +115,7 @@ func Scale(ctx context.Context, s Setup, o ScaleOptions) (ScaleResult, error) {
 			res.RateLimited++
 		case r.Installation != 0 && r.Write() && r.Status < 300:
 			res.Writes++
+			res.WritesByKind[writeKind(r.Method, r.Path)]++
 		}
 	}
 	if res.Transitions > 0 {
@@ -116,8 +125,28 @@ func Scale(ctx context.Context, s Setup, o ScaleOptions) (ScaleResult, error) {
 		res.MaxWritesPerMinute = max(res.MaxWritesPerMinute, n)
 	}
 	l.fairness(&res)
+	eyes, err := l.eyes()
+	if err != nil {
+		return res, err
+	}
+	res.EyesP50Ms, res.EyesP99Ms = ms(percentile(eyes, 0.5)), ms(percentile(eyes, 0.99))
 	res.Problems = e.problems.Load()
 	return res, nil
+}
+
+// writeKind names the kind of a content write to GitHub (ScaleResult.WritesByKind).
+func writeKind(method, path string) string {
+	switch {
+	case strings.HasSuffix(path, "/reactions"):
+		return "reactions"
+	case strings.Contains(path, "/labels"):
+		return "labels"
+	case method == http.MethodPost && strings.HasSuffix(path, "/comments"):
+		return "comments"
+	case method == http.MethodPatch && strings.Contains(path, "/comments/"):
+		return "comment edits"
+	}
+	return "other"
 }
 
 // waitDone waits until every issue's plan is DONE and the issue carries whilly-done, at
