@@ -92,7 +92,7 @@ func (s *Store) IdleDispatches(ctx context.Context, every time.Duration, limit i
 	var out []Dispatch
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		// One reconciler at a time, whatever the number of replicas.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('whilly:dispatch:idle', 0))`); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('whilly:dispatch:idle', 0)), `+indexPaths); err != nil {
 			return fmt.Errorf("lock idle dispatches: %w", err)
 		}
 		rows, err := tx.Query(ctx, `

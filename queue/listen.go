@@ -310,31 +310,37 @@ func (s *Store) LatestEventID(ctx context.Context, planID string) (int64, error)
 // ReadyCounts returns, for every ACTIVE plan, how many of its tasks are claimable now
 // (SPEC §5, worker labels aside): the whilly_ready_tasks gauge.
 func (s *Store) ReadyCounts(ctx context.Context) (map[string]int, error) {
-	rows, err := s.pool.Query(ctx, `
-		WITH ready AS (
-			SELECT t.plan_id, count(*) AS n
-			FROM tasks t JOIN plans p ON p.id = t.plan_id
-			WHERE t.status = 'PENDING'
-			  AND (t.not_before IS NULL OR t.not_before <= now())
-			  AND p.status = 'ACTIVE'
-			  AND (p.budget_usd IS NULL OR p.spent_usd < p.budget_usd)
-			  AND (NOT p.strict OR t.gate_verdict <> 'REJECT')
-			  AND `+depsFinished+`
-			GROUP BY t.plan_id
-		)
-		SELECT p.id, coalesce(r.n, 0) FROM plans p LEFT JOIN ready r ON r.plan_id = p.id
-		WHERE p.status = 'ACTIVE'`)
-	if err != nil {
-		return nil, fmt.Errorf("count ready tasks: %w", err)
-	}
 	out := map[string]int{}
-	var (
-		id string
-		n  int
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
-		out[id] = n
-		return nil
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT `+indexPaths); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			WITH ready AS (
+				SELECT t.plan_id, count(*) AS n
+				FROM tasks t JOIN plans p ON p.id = t.plan_id
+				WHERE t.status = 'PENDING'
+				  AND (t.not_before IS NULL OR t.not_before <= now())
+				  AND p.status = 'ACTIVE'
+				  AND (p.budget_usd IS NULL OR p.spent_usd < p.budget_usd)
+				  AND (NOT p.strict OR t.gate_verdict <> 'REJECT')
+				  AND `+depsFinished+`
+				GROUP BY t.plan_id
+			)
+			SELECT p.id, coalesce(r.n, 0) FROM plans p LEFT JOIN ready r ON r.plan_id = p.id
+			WHERE p.status = 'ACTIVE'`)
+		if err != nil {
+			return err
+		}
+		var (
+			id string
+			n  int
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+			out[id] = n
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("count ready tasks: %w", err)

@@ -319,6 +319,9 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 	if err != nil {
 		return 0, fmt.Errorf("encode tasks: %w", err)
 	}
+	if _, err := tx.Exec(ctx, `SELECT `+indexPaths); err != nil {
+		return 0, fmt.Errorf("insert tasks: %w", err)
+	}
 	var n int
 	err = tx.QueryRow(ctx, `
 		WITH `+fairShareSQL+`, ins AS (
