@@ -174,16 +174,15 @@ func (m *Mirror) interval(ctx context.Context, st queue.MirrorState) (time.Durat
 const progressSyncs = 3
 
 // syncInterval is the least time between two syncs of the plan whose mirror state is st,
-// its installation having live live plans: the coalescing interval, or longer when its
-// installation has many live plans, so that they share InstallationSyncsPerMinute, when
-// its state label is to change (it started, ended, ran out of budget); progressSyncs
-// times that when only its progress did.
+// its installation having live live plans: the coalescing interval when its state label
+// is to change (it started, ended, ran out of budget), progressSyncs of them when only
+// its progress did, and longer when its installation has many live plans, so that they
+// share InstallationSyncsPerMinute.
 func syncInterval(coalesce time.Duration, st queue.MirrorState, live int) time.Duration {
-	iv := max(coalesce, time.Duration(live)*time.Minute/InstallationSyncsPerMinute)
 	if st.Label == LabelFor(queue.PlanInfo{Status: st.PlanStatus, PauseReason: st.PauseReason}) {
-		iv *= progressSyncs
+		coalesce *= progressSyncs
 	}
-	return iv
+	return max(coalesce, time.Duration(live)*time.Minute/InstallationSyncsPerMinute)
 }
 
 // SyncNow mirrors a plan at once, outside River (`whilly forge intake`). It does

@@ -13,8 +13,8 @@ import (
 
 // GitHub's secondary limit is per installation: an installation with several busy plans
 // gets its syncs spread so that together they make InstallationSyncsPerMinute, while a
-// plan alone in its installation keeps the configured coalescing; syncs that only write
-// progress (the state label stays) are three times as far apart. Finished plans do not
+// plan alone in its installation keeps the configured coalescing when its state label is
+// to change, and three times it when only its progress changed. Finished plans do not
 // count.
 func TestMirrorPacesAnInstallationsPlans(t *testing.T) {
 	t.Parallel()
@@ -45,7 +45,7 @@ func TestMirrorPacesAnInstallationsPlans(t *testing.T) {
 		st   queue.MirrorState
 		want time.Duration
 	}{
-		{"busy0, progress", progress("busy0"), 3 * 6 * time.Minute / InstallationSyncsPerMinute},
+		{"busy0, progress", progress("busy0"), 6 * time.Minute / InstallationSyncsPerMinute},
 		{"busy5, done", queue.MirrorState{PlanID: "busy5", Label: LabelInProgress, PlanStatus: plan.PlanDone}, 6 * time.Minute / InstallationSyncsPerMinute},
 		{"alone, progress", progress("alone"), 9 * time.Second},
 		{"alone, first label", queue.MirrorState{PlanID: "alone", PlanStatus: plan.PlanActive}, 3 * time.Second},
