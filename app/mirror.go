@@ -59,10 +59,8 @@ type Jobs interface {
 
 // MirrorConfig tunes the mirror.
 type MirrorConfig struct {
-	// Coalesce is the least time between two syncs of one plan whose state label
-	// changes, and a third of the least time between two that only write its progress
-	// (syncInterval); default 3 s. Changes in between are written together by the next
-	// sync.
+	// Coalesce is the least time between two syncs of one plan; default 3 s. Changes
+	// in between are written together by the next sync.
 	Coalesce time.Duration
 	// PublicURL (WHILLY_PUBLIC_URL) is used for links in the status comment.
 	PublicURL string
@@ -109,7 +107,7 @@ func (w *mirrorWorker) Work(ctx context.Context, job *river.Job[MirrorArgs]) err
 		return err
 	}
 	if !job.Args.Verify && st.SyncedAt != nil {
-		interval, err := m.interval(ctx, st)
+		interval, err := m.interval(ctx, planID)
 		if err != nil {
 			return err
 		}
@@ -158,31 +156,15 @@ func (w *mirrorWorker) Work(ctx context.Context, job *river.Job[MirrorArgs]) err
 // number of busy plans.
 const InstallationSyncsPerMinute = 20
 
-// interval is the least time between two syncs of a plan (st): see syncInterval.
-func (m *Mirror) interval(ctx context.Context, st queue.MirrorState) (time.Duration, error) {
-	n, err := m.store.InstallationLivePlans(ctx, st.PlanID)
+// interval is the least time between two syncs of plan planID: the configured
+// coalescing, or longer when its installation has many live plans, so that they share
+// InstallationSyncsPerMinute.
+func (m *Mirror) interval(ctx context.Context, planID string) (time.Duration, error) {
+	n, err := m.store.InstallationLivePlans(ctx, planID)
 	if err != nil {
 		return 0, err
 	}
-	return syncInterval(m.cfg.Coalesce, st, n), nil
-}
-
-// progressSyncs is how many coalescing intervals apart the syncs of a plan whose state
-// label stays are: they only edit the status comment with its tasks' progress, which
-// readers of the issue do not need every few seconds (the dashboard has it live), and
-// which would otherwise be most of an issue's writes.
-const progressSyncs = 3
-
-// syncInterval is the least time between two syncs of the plan whose mirror state is st,
-// its installation having live live plans: the coalescing interval when its state label
-// is to change (it started, ended, ran out of budget), progressSyncs of them when only
-// its progress did, and longer when its installation has many live plans, so that they
-// share InstallationSyncsPerMinute.
-func syncInterval(coalesce time.Duration, st queue.MirrorState, live int) time.Duration {
-	if st.Label == LabelFor(queue.PlanInfo{Status: st.PlanStatus, PauseReason: st.PauseReason}) {
-		coalesce *= progressSyncs
-	}
-	return max(coalesce, time.Duration(live)*time.Minute/InstallationSyncsPerMinute)
+	return max(m.cfg.Coalesce, time.Duration(n)*time.Minute/InstallationSyncsPerMinute), nil
 }
 
 // SyncNow mirrors a plan at once, outside River (`whilly forge intake`). It does

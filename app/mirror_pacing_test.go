@@ -13,8 +13,7 @@ import (
 
 // GitHub's secondary limit is per installation: an installation with several busy plans
 // gets its syncs spread so that together they make InstallationSyncsPerMinute, while a
-// plan alone in its installation keeps the configured coalescing when its state label is
-// to change, and three times it when only its progress changed. Finished plans do not
+// plan alone in its installation keeps the configured coalescing. Finished plans do not
 // count.
 func TestMirrorPacesAnInstallationsPlans(t *testing.T) {
 	t.Parallel()
@@ -37,28 +36,20 @@ func TestMirrorPacesAnInstallationsPlans(t *testing.T) {
 	}
 	issuePlan("finished", 9, 0) // no task: DONE at once
 	issuePlan("alone", 10, 2)
-	progress := func(id string) queue.MirrorState {
-		return queue.MirrorState{PlanID: id, Label: LabelInProgress, PlanStatus: plan.PlanActive}
-	}
 	for _, tc := range []struct {
-		name string
-		st   queue.MirrorState
+		plan string
 		want time.Duration
 	}{
-		{"busy0, progress", progress("busy0"), 6 * time.Minute / InstallationSyncsPerMinute},
-		{"busy5, done", queue.MirrorState{PlanID: "busy5", Label: LabelInProgress, PlanStatus: plan.PlanDone}, 6 * time.Minute / InstallationSyncsPerMinute},
-		{"alone, progress", progress("alone"), 9 * time.Second},
-		{"alone, first label", queue.MirrorState{PlanID: "alone", PlanStatus: plan.PlanActive}, 3 * time.Second},
-		{"alone, done", queue.MirrorState{PlanID: "alone", Label: LabelInProgress, PlanStatus: plan.PlanDone}, 3 * time.Second},
-		{"alone, out of budget", queue.MirrorState{PlanID: "alone", Label: LabelInProgress, PlanStatus: plan.PlanPaused, PauseReason: "budget"}, 3 * time.Second},
-		{"alone, paused by hand", queue.MirrorState{PlanID: "alone", Label: LabelInProgress, PlanStatus: plan.PlanPaused, PauseReason: "operator"}, 9 * time.Second},
+		{"busy0", 6 * time.Minute / InstallationSyncsPerMinute},
+		{"busy5", 6 * time.Minute / InstallationSyncsPerMinute},
+		{"alone", 3 * time.Second},
 	} {
-		got, err := m.interval(ctx, tc.st)
+		got, err := m.interval(ctx, tc.plan)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got != tc.want {
-			t.Errorf("sync interval of %s = %v, want %v", tc.name, got, tc.want)
+			t.Errorf("sync interval of %s = %v, want %v", tc.plan, got, tc.want)
 		}
 	}
 }

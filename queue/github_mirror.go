@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/whilly-go/whilly/plan"
 )
 
 // MirrorState is what the mirror last wrote to GitHub for a plan, and how the plan came
@@ -30,10 +28,6 @@ type MirrorState struct {
 	// Pushed: a COMPLETE of the plan reported a pushed head (head_sha), so its branch
 	// holds work to deliver. Always true once Pull is set.
 	Pushed bool
-	// PlanStatus and PauseReason are the plan's now, which say the state label it should
-	// carry.
-	PlanStatus  plan.PlanStatus
-	PauseReason string
 }
 
 // GetMirrorState returns a plan's mirror state (ErrNotFound when the plan has none).
@@ -49,14 +43,12 @@ func (s *Store) GetMirrorState(ctx context.Context, planID string) (MirrorState,
 			pr.plan_id IS NOT NULL OR EXISTS (SELECT 1 FROM events e WHERE e.plan_id = m.plan_id
 				AND e.type = 'COMPLETE' AND e.payload ? 'head_sha'),
 			pr.plan_id IS NOT NULL, coalesce(pr.repo, ''), coalesce(pr.number, 0), coalesce(pr.node_id, ''),
-			coalesce(pr.url, ''), coalesce(pr.branch, ''), coalesce(pr.state, ''), coalesce(pr.draft, false), pr.body_sha256,
-			p.status, coalesce(p.pause_reason, '')
-		FROM github_mirror m JOIN plans p ON p.id = m.plan_id LEFT JOIN github_intakes i ON i.plan_id = m.plan_id
+			coalesce(pr.url, ''), coalesce(pr.branch, ''), coalesce(pr.state, ''), coalesce(pr.draft, false), pr.body_sha256
+		FROM github_mirror m LEFT JOIN github_intakes i ON i.plan_id = m.plan_id
 		LEFT JOIN github_pulls pr ON pr.plan_id = m.plan_id
 		WHERE m.plan_id = $1`, planID).
 		Scan(&m.PlanID, &m.Version, &m.SyncedVersion, &m.Label, &m.BodySHA256, &m.SyncedAt, &m.Source, &m.Notes,
-			&m.Pushed, &ok, &pr.Repo, &pr.Number, &pr.NodeID, &pr.URL, &pr.Branch, &pr.State, &pr.Draft, &pr.BodySHA256,
-			&m.PlanStatus, &m.PauseReason)
+			&m.Pushed, &ok, &pr.Repo, &pr.Number, &pr.NodeID, &pr.URL, &pr.Branch, &pr.State, &pr.Draft, &pr.BodySHA256)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, fmt.Errorf("mirror of plan %s: %w", planID, ErrNotFound)
 	}
