@@ -56,7 +56,7 @@ type ScaleResult struct {
 	// issue: how much of the first claim's wait is the intake's.
 	EyesP50Ms float64 `json:"eyes_p50_ms"`
 	EyesP99Ms float64 `json:"eyes_p99_ms"`
-	Problems        int64   `json:"problems"`
+	Problems  int64   `json:"problems"`
 }
 
 // Scale runs the serve configuration against a fake GitHub that enforces GitHub's
