@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/testkit"
@@ -88,14 +87,7 @@ func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- pt.RevokeEnded(ctx, info.ID) }()
-	testkit.Eventually(t, 10*time.Second, "the job waiting for the mirror row", func() bool {
-		var waits bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-			AND query LIKE 'UPDATE github_mirror SET revoke_at%')`).Scan(&waits); err != nil {
-			t.Fatal(err)
-		}
-		return waits
-	})
+	testkit.WaitingOnLock(t, pool, "UPDATE github_mirror SET revoke_at")
 	if n := gh.CountRequests("DELETE", "/installation/token"); n != 0 {
 		t.Fatalf("the job revoked %d tokens before it cleared its mark: a lease ending meanwhile would wait for the sweep", n)
 	}

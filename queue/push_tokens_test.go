@@ -179,14 +179,7 @@ func TestALeaseEndedWhileItsPlanIsRevokedIsRevoked(t *testing.T) {
 	<-entered
 	cleared := make(chan error, 1)
 	go func() { cleared <- st.MarkRevocation(ctx, "gh", false) }()
-	testkit.Eventually(t, 10*time.Second, "the job's clear waits for the lock of the change", func() bool {
-		var waiting bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-			AND query LIKE 'UPDATE github_mirror SET revoke_at%')`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		return waiting
-	})
+	testkit.WaitingOnLock(t, pool, "UPDATE github_mirror SET revoke_at")
 	select {
 	case err := <-cleared:
 		t.Fatalf("the job's clear returned (%v) while a change of the plan held the mirror row", err)

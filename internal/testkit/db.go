@@ -259,3 +259,18 @@ func (migrator) Migrate(ctx context.Context, _ *sql.DB, conf pgtestdb.Config) er
 	}
 	return nil
 }
+
+// WaitingOnLock waits until a statement beginning with prefix waits for a lock in the
+// database of pool (pg_stat_activity), failing the test after 10 s: the moment a test
+// needs to act while a transaction holds what that statement wants.
+func WaitingOnLock(t testing.TB, pool *pgxpool.Pool, prefix string) {
+	t.Helper()
+	Eventually(t, 10*time.Second, "a statement "+prefix+"… waiting for a lock", func() bool {
+		var waits bool
+		if err := pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND starts_with(query, $1))`, prefix).Scan(&waits); err != nil {
+			t.Fatalf("read pg_stat_activity: %v", err)
+		}
+		return waits
+	})
+}
