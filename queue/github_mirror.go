@@ -139,6 +139,10 @@ func mirrorLockSlots(maxConns int32) int {
 // would wait on each other until their deadline), at most mirrorLockSlots of them are
 // held at once; a caller past them waits for a slot.
 func (s *Store) WithMirrorLock(ctx context.Context, planID string, fn func() error) (bool, error) {
+	if s.pool.Config().MaxConns < 2 {
+		// The holder's connection, and one to read with: a pool of one would wait for ever.
+		return false, fmt.Errorf("lock mirror of plan %s: the mirror needs a pool of at least 2 connections (pool_max_conns in the database URL)", planID)
+	}
 	select {
 	case s.mirrorLocks <- struct{}{}:
 		defer func() { <-s.mirrorLocks }()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,5 +66,25 @@ func TestMirrorLocksNeverTakeTheWholePool(t *testing.T) {
 		if err != nil {
 			t.Errorf("mirror run: %v", err)
 		}
+	}
+}
+
+// A pool of one connection cannot hold a mirror lock and read: the mirror says so at once
+// instead of waiting for ever.
+func TestMirrorLockRefusesAPoolOfOne(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := testkit.DB(t).Config().Copy()
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ran := false
+	locked, err := queue.NewStore(pool, nil, queue.Config{}).WithMirrorLock(ctx, "plan", func() error { ran = true; return nil })
+	if err == nil || locked || ran || !strings.Contains(err.Error(), "at least 2 connections") {
+		t.Fatalf("WithMirrorLock on a pool of one = %v, %v (ran %v); want a refusal that names the pool size", locked, err, ran)
 	}
 }
