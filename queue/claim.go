@@ -150,7 +150,9 @@ func scanClaims(rows pgx.Rows, err error, n int) ([]*Claim, error) {
 // claimable (of one plan when planID is set), or nil when none is waiting. A backoff
 // that ended in the last readyGrace counts too, with its time in the past: it may have
 // ended just after the claim that looked for its task, and no event announces it, so
-// the caller must look again rather than sleep its whole wait.
+// the caller must look again rather than sleep its whole wait. It reads tasks_backoff,
+// which holds only the tasks in backoff: without it, it walked every pending task after
+// each empty claim (57 ms a call at the end of bench claims' http phase).
 func (s *Store) NextReadyAt(ctx context.Context, planID string) (*time.Time, error) {
 	var at *time.Time
 	err := s.pool.QueryRow(ctx, `SELECT min(not_before) FROM tasks

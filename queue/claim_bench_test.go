@@ -128,8 +128,8 @@ func benchDrain(b *testing.B, newStore storeMaker, backlog, workers int, complet
 
 // BenchmarkClaimBlocked is a claim that finds nothing because every pending task waits on
 // one running task (a setup task and n tasks after it): what every long-poll wake-up of a
-// waiting worker costs meanwhile, for its plan and for any plan, and what the
-// whilly_ready_tasks gauge costs. The claim walks the n waiting tasks and checks each
+// waiting worker costs meanwhile (the claim, then the next retry time), for its plan and
+// for any plan, and what the whilly_ready_tasks gauge costs. The claim walks the n waiting tasks and checks each
 // one's dependencies; ns/op should grow with n, not with n².
 func BenchmarkClaimBlocked(b *testing.B) {
 	for _, n := range []int{100, 1000, 5000} {
@@ -151,6 +151,8 @@ func BenchmarkClaimBlocked(b *testing.B) {
 			}{
 				{"claim-plan", func() error { return emptyClaim(ctx, st, waiting.ID, "blocked") }},
 				{"claim-any", func() error { return emptyClaim(ctx, st, waiting.ID, "") }},
+				{"next-ready-plan", func() error { return noneReady(ctx, st, "blocked") }},
+				{"next-ready-any", func() error { return noneReady(ctx, st, "") }},
 				{"ready-counts", func() error {
 					got, err := st.ReadyCounts(ctx)
 					if err == nil && got["blocked"] != 0 {
@@ -169,6 +171,16 @@ func BenchmarkClaimBlocked(b *testing.B) {
 			}
 		})
 	}
+}
+
+// noneReady asks when the next retry backoff of planID (any plan when "") ends, and fails
+// unless none is waiting: after every empty claim, a long-polling worker asks it.
+func noneReady(ctx context.Context, st *queue.Store, planID string) error {
+	at, err := st.NextReadyAt(ctx, planID)
+	if err == nil && at != nil {
+		err = fmt.Errorf("next ready at %s, want none", at)
+	}
+	return err
 }
 
 // emptyClaim claims for worker and fails unless nothing was claimable.
