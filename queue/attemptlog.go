@@ -301,7 +301,11 @@ func (t *LogTail) check() error {
 // new lease of the same attempt number starts the log afresh, the bytes already stored
 // are not stored twice (a tail that repeats them is a duplicate; the lease's worker
 // counts offsets in the one stream it produced, so only the part past what is stored is
-// new), the log is trimmed to its last $8 bytes and followers are woken ($6, $7).
+// new), the log is trimmed to its last $8 bytes and followers are woken ($6, $7). Each
+// task's log is looked up by its whole key, in a subquery of its own (LIMIT 1 keeps the
+// planner from joining it): joined, with the log tables analyzed empty on a young
+// install, the generic plan looked logs up by plan and attempt number only and read every
+// log of the plan for each tail.
 const storeTailsSQL = `WITH r AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bytea[]) AS r(rid, rlease, roff, rdata)
 	WHERE length(rdata) > 0
@@ -309,7 +313,8 @@ const storeTailsSQL = `WITH r AS (
 	SELECT r.*, x.attempts AS att, g.lease_id::text AS glease, coalesce(g.size, 0) AS gsize,
 		CASE WHEN g.lease_id::text = r.rlease THEN g.base ELSE coalesce(g.size, 0) END AS nbase
 	FROM r JOIN tasks x ON x.plan_id = $1 AND x.id = r.rid
-	LEFT JOIN attempt_logs g ON g.plan_id = $1 AND g.task_id = r.rid AND g.attempt = x.attempts
+	LEFT JOIN LATERAL (SELECT * FROM attempt_logs a WHERE a.plan_id = $1 AND a.task_id = x.id AND a.attempt = x.attempts
+		LIMIT 1) g ON true
 	WHERE x.ended_lease_id::text = r.rlease AND x.xmin::text::bigint = txid_current() % 4294967296
 ), z AS (
 	SELECT rid, rlease, att, glease, nbase, greatest(nbase + roff, gsize) AS at,
