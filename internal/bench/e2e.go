@@ -225,40 +225,51 @@ func E2E(ctx context.Context, s Setup, o E2EOptions) (E2EResult, error) {
 	return res, nil
 }
 
-// e2eTimings reads the throughput and the per-task overhead from the plan's events.
+// e2eTimings reads the throughput and the per-task overhead from the plan's events: one
+// pass over them (a self-join took 28 s at 4,000 tasks on a young cluster).
 func (e *env) e2eTimings(ctx context.Context, planID string, o E2EOptions, res *E2EResult) error {
 	rows, err := e.pool.Query(ctx, `
-		SELECT c.task_id, c.created_at, d.created_at, t.created_at
-		FROM events c
-		JOIN events d ON d.plan_id = c.plan_id AND d.task_id = c.task_id AND d.type = 'COMPLETE'
-		JOIN events t ON t.plan_id = c.plan_id AND t.task_id = c.task_id AND t.type = 'task.created'
-		WHERE c.plan_id = $1 AND c.type = 'CLAIM'`, planID)
+		SELECT task_id, count(*) FILTER (WHERE type = 'CLAIM'), count(*) FILTER (WHERE type = 'COMPLETE'),
+			min(created_at) FILTER (WHERE type = 'CLAIM'), max(created_at) FILTER (WHERE type = 'COMPLETE'),
+			min(created_at) FILTER (WHERE type = 'task.created')
+		FROM events WHERE plan_id = $1 AND task_id IS NOT NULL GROUP BY task_id`, planID)
 	if err != nil {
 		return fmt.Errorf("read the plan's events: %w", err)
 	}
-	type span struct{ claimed, completed, created time.Time }
-	spans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (span, error) {
-		var s span
-		var task string
-		err := r.Scan(&task, &s.claimed, &s.completed, &s.created)
+	type span struct {
+		claims, completes           int
+		claimed, completed, created *time.Time
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (span, error) {
+		var (
+			s    span
+			task string
+		)
+		err := r.Scan(&task, &s.claims, &s.completes, &s.claimed, &s.completed, &s.created)
 		return s, err
 	})
 	if err != nil {
 		return fmt.Errorf("read the plan's events: %w", err)
 	}
+	var spans []span
+	for _, s := range all {
+		if s.claims == 1 && s.completes == 1 && s.created != nil {
+			spans = append(spans, s)
+		}
+	}
 	if len(spans) != o.Tasks {
 		return fmt.Errorf("%d tasks were claimed and completed once, of %d: a task ran twice or never", len(spans), o.Tasks)
 	}
-	first, last, created := spans[0].claimed, spans[0].completed, spans[0].created
+	first, last, created := *spans[0].claimed, *spans[0].completed, *spans[0].created
 	over := make([]time.Duration, 0, len(spans))
 	for _, s := range spans {
 		if s.claimed.Before(first) {
-			first = s.claimed
+			first = *s.claimed
 		}
 		if s.completed.After(last) {
-			last = s.completed
+			last = *s.completed
 		}
-		over = append(over, max(s.completed.Sub(s.claimed)-o.SimDelay, 0))
+		over = append(over, max(s.completed.Sub(*s.claimed)-o.SimDelay, 0))
 	}
 	slices.Sort(over)
 	res.Seconds = last.Sub(first).Seconds()
