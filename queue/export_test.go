@@ -1,8 +1,11 @@
 package queue
 
-// StoreTailsSQL and HotSettings are storeTailsSQL and hotSettings, for the test of the
-// statement's plan.
+// The statements whose generic plans the tests check (genericPlan), and the settings of
+// the hot batches they run in.
 const (
 	StoreTailsSQL = storeTailsSQL
 	HotSettings   = hotSettings
+	WalkStart     = walkStart
 )
+
+var ClaimAnySQL = claimAnySQL
