@@ -262,7 +262,7 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store, jobs *river.
 			}
 			return nil
 		},
-		queues:     map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: 10}},
+		queues:     map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: queue.GitHubWorkers}},
 		schedules:  schedules,
 		routes:     map[string]http.Handler{"/webhook": hook},
 		workspaces: parts.Workspaces.Workspace,

@@ -124,7 +124,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	workers := river.NewWorkers()
 	cfg := &river.Config{
 		Logger: log, Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-		Queues:      map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: 10}, triz.QueueName: {MaxWorkers: 2}},
+		Queues:      map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: queue.GitHubWorkers}, triz.QueueName: {MaxWorkers: 2}},
 		JobTimeout:  time.Minute,
 		TestOnly:    true,
 		MaxAttempts: 25,
