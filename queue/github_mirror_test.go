@@ -23,13 +23,7 @@ func TestMirrorLocksNeverTakeTheWholePool(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cfg := testkit.DB(t).Config().Copy()
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := poolOf(ctx, t, 2)
 	st := queue.NewStore(pool, nil, queue.Config{})
 	inside := make(chan struct{}, 3)
 	release := make(chan struct{})
@@ -69,19 +63,26 @@ func TestMirrorLocksNeverTakeTheWholePool(t *testing.T) {
 	}
 }
 
+// poolOf opens a pool of n connections on a test database of its own.
+func poolOf(ctx context.Context, t *testing.T, n int32) *pgxpool.Pool {
+	t.Helper()
+	cfg := testkit.DB(t).Config().Copy()
+	cfg.MaxConns = n
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // A pool of one connection cannot hold a mirror lock and read: the mirror says so at once
 // instead of waiting for ever.
 func TestMirrorLockRefusesAPoolOfOne(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cfg := testkit.DB(t).Config().Copy()
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := poolOf(ctx, t, 1)
 	ran := false
 	locked, err := queue.NewStore(pool, nil, queue.Config{}).WithMirrorLock(ctx, "plan", func() error { ran = true; return nil })
 	if err == nil || locked || ran || !strings.Contains(err.Error(), "at least 2 connections") {
