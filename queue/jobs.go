@@ -113,16 +113,25 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}
 	maps.Copy(queues, cfg.Queues)
 	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{
-		Logger:       logging.Demote(log), // River's INFO lines are routine: DEBUG
-		Queues:       queues,
-		Workers:      workers,
-		PeriodicJobs: periodic,
+		Logger:        logging.Demote(log), // River's INFO lines are routine: DEBUG
+		FetchCooldown: fetchCooldown,
+		Queues:        queues,
+		Workers:       workers,
+		PeriodicJobs:  periodic,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create river client: %w", err)
 	}
 	return client, nil
 }
+
+// fetchCooldown is the least time between two fetches of a queue's jobs. River's
+// default, 100 ms, put up to 100 ms between a webhook delivery's commit and the start of
+// its job — the intake, which reacts 👀 and imports the plan: in bench scale (200
+// installations × 5 issues), label→👀 p50 203–223 ms and the fairness spread 2.39–2.55×
+// with it, 165 ms and 2.06× with 20 ms. A fetch is one query, and only runs while jobs
+// arrive (insert notifications); idle, River polls as before (FetchPollInterval).
+const fetchCooldown = 20 * time.Millisecond
 
 // uniqueFor keeps at most one pending periodic job per period, however many leaders
 // came and went.
