@@ -207,7 +207,7 @@ func Vars() []Var {
 			Doc: "`push`: GitHub posts to `/webhook`; `pull`: poll the App's delivery log (no public URL needed)"},
 		{Name: GitHubPullInterval, Section: secGitHub, Kind: KindDuration, Default: "10s", Commands: srv, Check: atLeastASecond,
 			Doc: "pull mode: how often the App's delivery log is polled (the latency; one API call per poll, plus one per new delivery)"},
-		{Name: GitHubMirrorInterval, Section: secGitHub, Kind: KindDuration, Default: "5s", Commands: srv,
+		{Name: GitHubMirrorInterval, Section: secGitHub, Kind: KindDuration, Default: "3s", Commands: srv,
 			Doc: "status comment edits of a plan are coalesced to one per interval (longer when an installation has several live plans: they share 20 syncs a minute, under GitHub's secondary limit)"},
 		{Name: GitHubReconcileInterval, Section: secGitHub, Kind: KindDuration, Default: "5m", Commands: srv,
 			Doc: "how often labels and comments are repaired and failed deliveries redelivered"},
