@@ -204,14 +204,16 @@ var errGaveUp = errors.New("the completions gave up")
 
 // completeUnsettledSQL completes tasks of plan $1 without touching the plan, provided
 // another of its tasks stays live until the commit: one that waits with every dependency
-// finished, or one that runs. Such a task is locked FOR SHARE, so it cannot change before
-// this transaction commits, and whoever changes it later sees these completions: the
-// plan's status cannot be decided here, and the next transaction that can decide it
-// will. SKIP LOCKED keeps the statement from waiting on anyone (no deadlock with the
-// paths that lock the plan first). Only the 16 pending tasks last in claim order are
-// looked at, so that claimers are not kept from the tasks they want next and long chains
-// do not cost a scan. With no such task, whilly_require aborts the statement, and each
-// completion takes the careful path. A task whose lease does not match is left out of
+// finished, one that waits only on tasks this statement completes (the next task of a
+// chain, as an issue's task list is), or one that runs. Such a task is locked FOR SHARE,
+// so it cannot change before this transaction commits, and whoever changes it later sees
+// these completions: the plan's status cannot be decided here, and the next transaction
+// that can decide it will. SKIP LOCKED keeps the statement from waiting on anyone (no
+// deadlock with the paths that lock the plan first). Only the 16 pending tasks last in
+// claim order are looked at for a ready task, so that claimers are not kept from the
+// tasks they want next, and the 16 first for the next task of a chain (no claimer can
+// take it before this commits); long chains do not cost a scan. With no such task,
+// whilly_require aborts the statement, and each completion takes the careful path. A task whose lease does not match is left out of
 // the result (the careful path says why). No deadlock: the tasks are locked in id order
 // (lk), as every statement that locks several tasks of a plan does, and every update is
 // done before the witness is locked (count(*) over u reads it to the end first), so a
@@ -234,6 +236,16 @@ const completeUnsettledSQL = `WITH r AS (
 		SELECT id FROM tasks WHERE plan_id = $1 AND status = 'PENDING' ORDER BY priority_rank DESC, ord DESC LIMIT 16))
 	  AND t.status = 'PENDING' AND ` + depsFinished + `
 	LIMIT 1 FOR SHARE SKIP LOCKED
+), next AS (
+	SELECT 1 FROM tasks t
+	WHERE t.plan_id = $1 AND t.id = ANY (ARRAY(
+		SELECT id FROM tasks WHERE plan_id = $1 AND status = 'PENDING' ORDER BY priority_rank, ord LIMIT 16))
+	  AND t.status = 'PENDING' AND t.dependencies && ARRAY(SELECT id FROM u)
+	  AND NOT EXISTS (
+		SELECT 1 FROM unnest(t.dependencies) AS d(dep)
+		WHERE d.dep <> ALL (ARRAY(SELECT id FROM u))
+		  AND coalesce((SELECT x.status FROM tasks x WHERE x.plan_id = t.plan_id AND x.id = d.dep), '') NOT IN ('DONE', 'SKIPPED'))
+	LIMIT 1 FOR SHARE SKIP LOCKED
 ), running AS (
 	SELECT 1 FROM tasks t
 	WHERE t.plan_id = $1 AND t.status IN ('CLAIMED', 'IN_PROGRESS') AND t.id <> ALL ($2::text[])
@@ -242,7 +254,7 @@ const completeUnsettledSQL = `WITH r AS (
 	INSERT INTO events (plan_id, task_id, type, payload)
 	SELECT plan_id, id, 'COMPLETE', rpayload || jsonb_build_object('attempt', attempts) FROM u
 )
-SELECT u.*, whilly_require((SELECT count(*) FROM u) >= 0 AND (EXISTS (SELECT 1 FROM ready) OR EXISTS (SELECT 1 FROM running)),
+SELECT u.*, whilly_require((SELECT count(*) FROM u) >= 0 AND (EXISTS (SELECT 1 FROM ready) OR EXISTS (SELECT 1 FROM next) OR EXISTS (SELECT 1 FROM running)),
 	'the plan may be settled by this completion') FROM u`
 
 // completion is a COMPLETE that charges nothing; payload is its event's.

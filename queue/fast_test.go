@@ -282,3 +282,50 @@ func testCancelRacingBatchedCompletions(t *testing.T, newStore storeMaker) {
 		}
 	}
 }
+
+// TestAChainsCompletionsLeaveThePlanAlone: an issue's task list is a chain, each task
+// waiting on the one before. A completion that makes the next task ready cannot settle
+// the plan, so it takes the batched path and leaves the plan row alone (the careful path
+// locks it and writes it); only the last completion settles the plan, once.
+func TestAChainsCompletionsLeaveThePlanAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	const n = 20
+	p := &plan.Plan{ID: "chain", Name: "chain"}
+	for i := range n {
+		var deps []string
+		if i > 0 {
+			deps = []string{fmt.Sprintf("T%02d", i-1)}
+		}
+		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%02d", i), deps...))
+	}
+	importTasks(t, st, p)
+	w := register(t, st)
+	planRow := func() string {
+		t.Helper()
+		var xmin string
+		if err := pool.QueryRow(ctx, `SELECT xmin::text FROM plans WHERE id = 'chain'`).Scan(&xmin); err != nil {
+			t.Fatal(err)
+		}
+		return xmin
+	}
+	touched := 0
+	for i := range n {
+		c := mustClaim(t, st, w, "chain")
+		if want := fmt.Sprintf("T%02d", i); c.Task.ID != want {
+			t.Fatalf("claimed %s, want %s", c.Task.ID, want)
+		}
+		before := planRow()
+		if _, err := st.Complete(ctx, leaseOf(c, w.ID), queue.CompleteInput{}); err != nil {
+			t.Fatal(err)
+		}
+		if i < n-1 && planRow() != before {
+			touched++
+		}
+	}
+	if touched > 0 {
+		t.Errorf("%d of %d completions that made the next task ready wrote the plan row (the careful path); want none", touched, n-1)
+	}
+	assertEndedOnce(t, st, pool, "chain", plan.PlanDone, queue.EventPlanDone)
+}
