@@ -11,10 +11,10 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// GitHub's secondary limit is per installation: an installation with several busy plans
-// gets its syncs spread so that together they make InstallationSyncsPerMinute, while a
-// plan alone in its installation keeps the configured coalescing. Finished plans do not
-// count.
+// GitHub's secondary limits are per installation: the live plans of an installation get
+// their syncs spread so that together they make InstallationSyncsPerMinute, a plan alone
+// in its installation too, and a configured coalescing longer than that share wins.
+// Finished plans do not count.
 func TestMirrorPacesAnInstallationsPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -42,7 +42,7 @@ func TestMirrorPacesAnInstallationsPlans(t *testing.T) {
 	}{
 		{"busy0", 6 * time.Minute / InstallationSyncsPerMinute},
 		{"busy5", 6 * time.Minute / InstallationSyncsPerMinute},
-		{"alone", 3 * time.Second},
+		{"alone", time.Minute / InstallationSyncsPerMinute},
 	} {
 		got, err := m.interval(ctx, tc.plan)
 		if err != nil {
@@ -51,5 +51,9 @@ func TestMirrorPacesAnInstallationsPlans(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("sync interval of %s = %v, want %v", tc.plan, got, tc.want)
 		}
+	}
+	slow := NewMirror(st, nil, nil, MirrorConfig{Coalesce: time.Minute})
+	if got, err := slow.interval(ctx, "alone"); err != nil || got != time.Minute {
+		t.Errorf("sync interval of alone with a coalescing of 1m = %v, %v; want 1m", got, err)
 	}
 }

@@ -141,7 +141,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 	gcfg := intake.GitHubConfig{
 		Intake: intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners, RequireApproval: o.requireApproval,
 			MaxRounds: o.maxRounds, Redact: agent.Redact, AnalysisWait: 30 * time.Second},
-		Mirror: app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com"},
+		// Syncs as often as the coalescing allows: the tests follow plans through many.
+		Mirror: app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com", InstallationSyncsPerMinute: 1200},
 	}
 	if o.dispatch {
 		gcfg.Dispatch = &app.DispatchConfig{Idle: o.dispatchIdle}

@@ -208,7 +208,7 @@ func Vars() []Var {
 		{Name: GitHubPullInterval, Section: secGitHub, Kind: KindDuration, Default: "10s", Commands: srv, Check: atLeastASecond,
 			Doc: "pull mode: how often the App's delivery log is polled (the latency; one API call per poll, plus one per new delivery)"},
 		{Name: GitHubMirrorInterval, Section: secGitHub, Kind: KindDuration, Default: "3s", Commands: srv,
-			Doc: "status comment edits of a plan are coalesced to one per interval (longer when an installation has several live plans: they share 20 syncs a minute, under GitHub's secondary limit)"},
+			Doc: "status comment edits of a plan are coalesced to one per interval at most; an installation's live plans also share 6 syncs a minute (one every 10 s for a plan alone), under GitHub's 500 content writes an hour"},
 		{Name: GitHubReconcileInterval, Section: secGitHub, Kind: KindDuration, Default: "5m", Commands: srv,
 			Doc: "how often labels and comments are repaired and failed deliveries redelivered"},
 		{Name: GitHubBudgetUSD, Section: secGitHub, Kind: KindUSD, Default: "10", Commands: []Command{Serve, Run, Forge},
