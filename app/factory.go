@@ -49,6 +49,7 @@ type Factory struct {
 	base *url.URL
 	tr   http.RoundTripper
 	key  *rsa.PrivateKey // the App's key; nil with a token only
+	jwt  *reusingSigner  // signs with key
 
 	mu      sync.Mutex
 	clients map[int64]*ghClient
@@ -84,7 +85,7 @@ func NewFactory(cfg Config) (*Factory, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read the GitHub App's private key (an RSA key in PEM): %w", err)
 		}
-		f.key = key
+		f.key, f.jwt = key, newReusingSigner(key)
 	}
 	if f.key == nil && cfg.Token == "" {
 		return nil, errors.New("neither a GitHub App nor a token is configured")
@@ -111,13 +112,16 @@ func newTransport() *http.Transport {
 // HasApp reports whether the App (not only a token) is configured.
 func (f *Factory) HasApp() bool { return f.key != nil }
 
-// appsTransport signs requests with a fresh App JWT. Each installation gets its own:
-// ghinstallation's token refresh writes to the AppsTransport it uses, so sharing one
-// between installations would race.
-func (f *Factory) appsTransport() *ghinstallation.AppsTransport {
-	atr := ghinstallation.NewAppsTransportFromPrivateKey(f.tr, f.cfg.AppID, f.key)
+// appsTransport signs requests with the App's JWT (f.jwt, shared). Each installation
+// gets its own transport: ghinstallation's token refresh writes to the AppsTransport it
+// uses, so sharing one between installations would race.
+func (f *Factory) appsTransport() (*ghinstallation.AppsTransport, error) {
+	atr, err := ghinstallation.NewAppsTransportWithOptions(f.tr, f.cfg.AppID, ghinstallation.WithSigner(f.jwt))
+	if err != nil {
+		return nil, fmt.Errorf("the GitHub App's transport: %w", err)
+	}
 	atr.BaseURL = strings.TrimSuffix(f.cfg.APIURL, "/")
-	return atr
+	return atr, nil
 }
 
 func (f *Factory) newGitHub(rt http.RoundTripper, installation string) *github.Client {
@@ -143,8 +147,11 @@ func (f *Factory) Installation(_ context.Context, id int64) (Client, error) {
 	case f.key == nil:
 		return nil, fmt.Errorf("installation %d: %w", id, ErrNoApp)
 	default:
-		itr := ghinstallation.NewFromAppsTransport(f.appsTransport(), id)
-		c = &ghClient{gh: f.newGitHub(itr, installationLabel(id)), graphQL: f.GraphQLURL()}
+		atr, err := f.appsTransport()
+		if err != nil {
+			return nil, err
+		}
+		c = &ghClient{gh: f.newGitHub(ghinstallation.NewFromAppsTransport(atr, id), installationLabel(id)), graphQL: f.GraphQLURL()}
 	}
 	f.clients[id] = c
 	return c, nil
@@ -198,7 +205,11 @@ func (f *Factory) App(_ context.Context) (AppClient, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.app == nil {
-		f.app = &ghApp{gh: f.newGitHub(f.appsTransport(), "app")}
+		atr, err := f.appsTransport()
+		if err != nil {
+			return nil, err
+		}
+		f.app = &ghApp{gh: f.newGitHub(atr, "app")}
 	}
 	return f.app, nil
 }
