@@ -142,6 +142,7 @@ func BenchmarkClaimBlocked(b *testing.B) {
 			}
 			importTasks(b, st, &plan.Plan{ID: "blocked", Name: "blocked", Tasks: ts})
 			running, waiting := register(b, st), register(b, st)
+			imports := 0
 			if c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: running.ID, PlanID: "blocked"}); err != nil || c == nil || c.Task.ID != "setup" {
 				b.Fatalf("claim of the setup task: %v, %v", c, err)
 			}
@@ -153,6 +154,13 @@ func BenchmarkClaimBlocked(b *testing.B) {
 				{"claim-any", func() error { return emptyClaim(ctx, st, waiting.ID, "") }},
 				{"next-ready-plan", func() error { return noneReady(ctx, st, "blocked") }},
 				{"next-ready-any", func() error { return noneReady(ctx, st, "") }},
+				{"import", func() error { // the fair-share walk finds the head of the claim order
+					imports++
+					p := &plan.Plan{ID: fmt.Sprintf("new-%d", imports), Name: "new", Tasks: []plan.Task{goodTask("T")}}
+					// Paused, so that the head stays behind the waiting tasks for the next import.
+					_, err := st.Import(ctx, p, queue.ImportOptions{PauseReason: queue.PauseApproval})
+					return err
+				}},
 				{"ready-counts", func() error {
 					got, err := st.ReadyCounts(ctx)
 					if err == nil && got["blocked"] != 0 {
