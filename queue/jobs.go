@@ -128,8 +128,8 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 // fetchCooldown is the least time between two fetches of a queue's jobs. River's
 // default, 100 ms, put up to 100 ms between a webhook delivery's commit and the start of
 // its job — the intake, which reacts 👀 and imports the plan. In bench scale (200
-// installations × 5 issues), label→👀 p50 was 203–239 ms over four runs with 100 ms and
-// 158–165 ms over two with 20 ms (210 ms in a third, with statement statistics on). A
+// installations × 5 issues), label→👀 p50 was 203–239 ms over three runs with 100 ms and
+// 158–178 ms over three with 20 ms (210 ms in a fourth, with statement statistics on). A
 // fetch is one query, and only runs while jobs arrive (insert notifications); idle,
 // River polls as before (FetchPollInterval).
 const fetchCooldown = 20 * time.Millisecond
