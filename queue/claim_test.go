@@ -45,6 +45,20 @@ func widePlan(id string, n int) *plan.Plan {
 	return p
 }
 
+// chainPlan is a plan of n tasks PREFIX00, PREFIX01, … each depending on the one before,
+// as an issue's task list is.
+func chainPlan(id, prefix string, n int) *plan.Plan {
+	p := &plan.Plan{ID: id, Name: id}
+	for i := range n {
+		var deps []string
+		if i > 0 {
+			deps = []string{fmt.Sprintf("%s%02d", prefix, i-1)}
+		}
+		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("%s%02d", prefix, i), deps...))
+	}
+	return p
+}
+
 func mustClaim(t testing.TB, st *queue.Store, w queue.Worker, planID string) *queue.Claim {
 	t.Helper()
 	c, err := st.Claim(context.Background(), queue.ClaimRequest{WorkerID: w.ID, PlanID: planID, Labels: w.Labels})
@@ -111,15 +125,7 @@ func testDependencyChainRunsInOrderWithEightWorkers(t *testing.T, newStore store
 	ctx := context.Background()
 	st, _ := newStore(t)
 	const n = 30
-	p := &plan.Plan{ID: "chain", Name: "chain"}
-	for i := range n {
-		var deps []string
-		if i > 0 {
-			deps = []string{fmt.Sprintf("C%02d", i-1)}
-		}
-		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("C%02d", i), deps...))
-	}
-	importTasks(t, st, p)
+	importTasks(t, st, chainPlan("chain", "C", n))
 
 	var (
 		mu      sync.Mutex

@@ -292,15 +292,7 @@ func TestAChainsCompletionsLeaveThePlanAlone(t *testing.T) {
 	ctx := context.Background()
 	st, pool := newStore(t)
 	const n = 20
-	p := &plan.Plan{ID: "chain", Name: "chain"}
-	for i := range n {
-		var deps []string
-		if i > 0 {
-			deps = []string{fmt.Sprintf("T%02d", i-1)}
-		}
-		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%02d", i), deps...))
-	}
-	importTasks(t, st, p)
+	importTasks(t, st, chainPlan("chain", "T", n))
 	w := register(t, st)
 	planRow := func() string {
 		t.Helper()
