@@ -162,8 +162,8 @@ func (w *mirrorWorker) Work(ctx context.Context, job *river.Job[MirrorArgs]) err
 // an installation about 80 content writes a minute and 500 an hour; 6 syncs a minute are
 // 360 an hour, which leaves the rest of the hour for the labels, comments, reactions and
 // pull requests of new issues. With 20 (an hour of a busy installation: 1,200 syncs),
-// bench scale also wrote 0.187–0.213 times per task transition over six runs, against
-// the target of 0.2.
+// bench scale also wrote 0.181–0.213 times per task transition over eleven runs, against
+// the target of 0.2; with 6, 0.142–0.150 over six.
 const InstallationSyncsPerMinute = 6
 
 // interval is the least time between two syncs of plan planID: its share of the
