@@ -66,7 +66,7 @@ type MirrorConfig struct {
 	PublicURL string
 	// InstallationSyncsPerMinute overrides the syncs an installation's live plans share
 	// in a minute (default InstallationSyncsPerMinute); tests that follow a plan through
-	// many syncs raise it.
+	// several syncs raise it.
 	InstallationSyncsPerMinute int
 }
 

@@ -141,8 +141,10 @@ func newEnv(t testing.TB, o envOptions) *env {
 	gcfg := intake.GitHubConfig{
 		Intake: intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners, RequireApproval: o.requireApproval,
 			MaxRounds: o.maxRounds, Redact: agent.Redact, AnalysisWait: 30 * time.Second},
-		// Syncs as often as the coalescing allows: the tests follow plans through many.
-		Mirror: app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com", InstallationSyncsPerMinute: 1200},
+		// 20 syncs a minute, a plan alone every 3 s: the pacing the tests count their writes
+		// against (a round ends in one coalesced sync); production's 6 would make them wait
+		// 10 s for each sync after the first.
+		Mirror: app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com", InstallationSyncsPerMinute: 20},
 	}
 	if o.dispatch {
 		gcfg.Dispatch = &app.DispatchConfig{Idle: o.dispatchIdle}
