@@ -29,9 +29,11 @@ const (
 	// the plan's tasks for every task it checked — 649 ms for a claim that found 999 tasks
 	// waiting on one running task, and as much for every long-poll wake-up
 	// (BenchmarkClaimBlocked).
-	depsFinished = `NOT EXISTS (
+	depsFinished = `NOT EXISTS (` + depsUnfinished + `)`
+	// depsUnfinished selects the dependencies of t that are not DONE or SKIPPED, as d.dep.
+	depsUnfinished = `
 		SELECT 1 FROM unnest(t.dependencies) AS d(dep)
-		WHERE coalesce((SELECT x.status FROM tasks x WHERE x.plan_id = t.plan_id AND x.id = d.dep), '') NOT IN ('DONE', 'SKIPPED'))`
+		WHERE coalesce((SELECT x.status FROM tasks x WHERE x.plan_id = t.plan_id AND x.id = d.dep), '') NOT IN ('DONE', 'SKIPPED')`
 
 	claimCand = `
 WITH w AS (

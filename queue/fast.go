@@ -213,8 +213,8 @@ var errGaveUp = errors.New("the completions gave up")
 // claim order are looked at for a ready task, so that claimers are not kept from the
 // tasks they want next, and the 16 first for the next task of a chain (no claimer can
 // take it before this commits); long chains do not cost a scan. With no such task,
-// whilly_require aborts the statement, and each completion takes the careful path. A task whose lease does not match is left out of
-// the result (the careful path says why). No deadlock: the tasks are locked in id order
+// whilly_require aborts the statement, and each completion takes the careful path. A
+// task whose lease does not match is left out of the result (the careful path says why). No deadlock: the tasks are locked in id order
 // (lk), as every statement that locks several tasks of a plan does, and every update is
 // done before the witness is locked (count(*) over u reads it to the end first), so a
 // statement never waits while it holds a witness.
@@ -241,10 +241,7 @@ const completeUnsettledSQL = `WITH r AS (
 	WHERE t.plan_id = $1 AND t.id = ANY (ARRAY(
 		SELECT id FROM tasks WHERE plan_id = $1 AND status = 'PENDING' ORDER BY priority_rank, ord LIMIT 16))
 	  AND t.status = 'PENDING' AND t.dependencies && ARRAY(SELECT id FROM u)
-	  AND NOT EXISTS (
-		SELECT 1 FROM unnest(t.dependencies) AS d(dep)
-		WHERE d.dep <> ALL (ARRAY(SELECT id FROM u))
-		  AND coalesce((SELECT x.status FROM tasks x WHERE x.plan_id = t.plan_id AND x.id = d.dep), '') NOT IN ('DONE', 'SKIPPED'))
+	  AND NOT EXISTS (` + depsUnfinished + ` AND d.dep <> ALL (ARRAY(SELECT id FROM u)))
 	LIMIT 1 FOR SHARE SKIP LOCKED
 ), running AS (
 	SELECT 1 FROM tasks t

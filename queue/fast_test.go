@@ -28,8 +28,9 @@ func assertEndedOnce(t *testing.T, st *queue.Store, pool *pgxpool.Pool, id strin
 
 // TestBatchedCompletionsSettleThePlanOnce races workers that complete at no cost — the
 // batched path, which does not lock the plan — to the end of many small plans, independent
-// tasks and chains, half of them taking their next task with the completion: every task
-// is done once, and every plan ends DONE with exactly one plan.done.
+// tasks, chains and tasks that end in one waiting on all the others (the last two make
+// the next task's witness race), half of them taking their next task with the
+// completion: every task is done once, and every plan ends DONE with exactly one plan.done.
 func TestBatchedCompletionsSettleThePlanOnce(t *testing.T) {
 	eachStore(t, testBatchedCompletionsSettleThePlanOnce)
 }
@@ -48,8 +49,13 @@ func testBatchedCompletionsSettleThePlanOnce(t *testing.T, newStore storeMaker) 
 		p := &plan.Plan{ID: id, Name: id}
 		for i := range tasks {
 			var deps []string
-			if round%3 == 2 && i > 0 { // every third plan is a chain
+			switch {
+			case round%3 == 2 && i > 0: // every third plan is a chain
 				deps = []string{fmt.Sprintf("T%d", i-1)}
+			case round%3 == 1 && i == tasks-1: // and every third ends in a task that waits on all the others
+				for j := range i {
+					deps = append(deps, fmt.Sprintf("T%d", j))
+				}
 			}
 			p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%d", i), deps...))
 		}
