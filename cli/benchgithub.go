@@ -38,8 +38,9 @@ enqueues a River job, intake reacts with 👀, plans the issue from its task lis
 persists the plan, a waiting worker claims its first task.
 
   eyes    from the POST to the moment the fake GitHub received the 👀 reaction
-  claim   from the POST to the moment a worker held the 200 of the claim of the plan's
-          first task
+  claim   from the POST to the moment a worker held the 200 that gave it the plan's
+          first task: of its claim, or of the completion that handed the task over
+          (claim_next, as whilly-worker asks)
 
 Targets (issue 15): eyes p99 ≤ 1 s, claim p99 ≤ 1.5 s over at least 200 issues. Other
 load on the machine moves every figure: give the load average with them.`,
@@ -114,7 +115,9 @@ the secondary limit of 80 content writes a minute (beyond them it answers 403, a
 does). N installations, one repository each, get M labelled issues each, delivered to
 /webhook R a second alternating installations; every issue's task list makes a plan of
 --tasks tasks. K sim workers claim any task, start it, hold it for about --task-time and
-complete it, until every plan is done and every issue carries whilly-done.
+complete it, until every plan is done and every issue carries whilly-done. Like
+whilly-worker, each completion asks for the worker's next task, claimed and started in
+its transaction (claim_next); a worker long-polls only when it got none.
 
   writes/transition   content writes the fake accepted (labels, comments, reactions)
                       per task transition made (claim, start, complete)

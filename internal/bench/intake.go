@@ -17,6 +17,7 @@ import (
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/plan"
 )
 
 // IntakeOptions are the intake benchmark's knobs.
@@ -213,7 +214,9 @@ func (l *load) deliver(ctx context.Context, rate float64) error {
 }
 
 // work runs a sim worker loop per worker until ctx ends: claim any task (long-poll),
-// start it, hold it for taskTime (±50 %; 0: complete at once), complete it. The first
+// start it, hold it for taskTime (±50 %; 0: complete at once), complete it. Like
+// whilly-worker, each completion asks for the worker's next task, started in the same
+// transaction (claim_next), and the worker long-polls only when it got none. The first
 // claim of each issue's plan is timed. Each worker heartbeats every 10 s, as
 // whilly-worker does. The channel gets the first error, or nil.
 func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) chan error {
@@ -241,17 +244,22 @@ func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) ch
 			}
 		})
 		wg.Go(func() {
+			var next *client.Claim // handed over with the last completion
 			for ctx.Err() == nil {
-				c, err := w.api.Claim(ctx, client.ClaimRequest{WaitSeconds: 5})
-				if err != nil || c == nil {
-					if err != nil && ctx.Err() == nil {
-						fail(fmt.Errorf("sim worker %d: %w", i+1, err))
-						return
+				c := next
+				if c == nil {
+					var err error
+					if c, err = w.api.Claim(ctx, client.ClaimRequest{WaitSeconds: 5}); err != nil || c == nil {
+						if err != nil && ctx.Err() == nil {
+							fail(fmt.Errorf("sim worker %d: %w", i+1, err))
+							return
+						}
+						continue
 					}
-					continue
 				}
 				l.claimed(c.Plan.GitHubIssueRef, c.Plan.ID, time.Now())
-				if err := l.run(ctx, w, c, taskTime); err != nil {
+				var err error
+				if next, err = l.run(ctx, w, c, taskTime); err != nil {
 					if ctx.Err() == nil {
 						fail(fmt.Errorf("sim worker %d: %w", i+1, err))
 					}
@@ -270,30 +278,33 @@ func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) ch
 }
 
 // run starts, holds and completes a claimed task as whilly-worker's sim agent would
-// (changing nothing in the workspace).
-func (l *load) run(ctx context.Context, w worker, c *client.Claim, taskTime time.Duration) error {
+// (changing nothing in the workspace), and returns the next task the completion handed
+// over (nil: none).
+func (l *load) run(ctx context.Context, w worker, c *client.Claim, taskTime time.Duration) (*client.Claim, error) {
 	transitions := 2 // the claim and the completion
 	if taskTime > 0 {
-		if _, err := w.api.Start(ctx, c.Plan.ID, c.Task.ID, client.LeaseRequest{LeaseID: c.Lease.ID}); err != nil {
-			return err
+		if c.Task.Status != plan.StatusInProgress { // not started with the last completion
+			if _, err := w.api.Start(ctx, c.Plan.ID, c.Task.ID, client.LeaseRequest{LeaseID: c.Lease.ID}); err != nil {
+				return nil, err
+			}
 		}
 		transitions++
 		hold := taskTime/2 + rand.N(taskTime)
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(hold):
 		}
 	}
-	_, err := w.api.Complete(ctx, c.Plan.ID, c.Task.ID, client.CompleteRequest{LeaseID: c.Lease.ID, NoChanges: true,
-		Result: "sim: nothing to change"})
+	done, err := w.api.Complete(ctx, c.Plan.ID, c.Task.ID, client.CompleteRequest{LeaseID: c.Lease.ID, NoChanges: true,
+		Result: "sim: nothing to change", ClaimNext: &client.NextClaim{Start: taskTime > 0}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	l.mu.Lock()
 	l.transitions += transitions
 	l.mu.Unlock()
-	return nil
+	return done.Next, nil
 }
 
 // claimed notes a claim of a task of plan planID, the plan of issue ref.
