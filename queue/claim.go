@@ -291,7 +291,7 @@ func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, 
 		// Every completion of the plan waits for its row lock, held from the first
 		// statement to the commit: the straight-line part goes in one round trip.
 		b := &pgx.Batch{}
-		b.Queue(`SELECT status FROM plans WHERE id = $1 FOR NO KEY UPDATE`, l.PlanID)
+		b.Queue(lockPlanSQL, l.PlanID)
 		b.Queue(`WITH u AS (
 			UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
 				cost_usd = cost_usd + $5::numeric / 1000000, result = $6, last_error = NULL, last_output = NULL, not_before = NULL,

@@ -9,3 +9,12 @@ const (
 )
 
 var ClaimAnySQL = claimAnySQL
+
+// CompletionBatch says whether a batch of plan planID's completions runs, and how many
+// completions wait for it.
+func (s *Store) CompletionBatch(planID string) (running bool, waiting int) {
+	s.completions.mu.Lock()
+	defer s.completions.mu.Unlock()
+	q, running := s.completions.waiting[planID]
+	return running, len(q)
+}

@@ -9,13 +9,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/whilly-go/whilly/plan"
 )
 
 // The hot paths — claims, and completions that charge nothing — run in batches (see
 // group): concurrent calls of one key share a statement, its transaction, its commit and
 // its NOTIFY, and the store's PlanChanged hook runs once per batch for each plan the batch
-// changed, in that transaction (hotTx). A completion whose plan it might settle gives
-// up there (errCareful) and takes the careful path, under the plan's row lock.
+// changed, in that transaction (hotTx). A batch of completions that might settle their
+// plan gives up there and runs again, whole, under the plan's row lock, which then
+// settles the plan once (lockedTx).
 
 // maxBatch caps the calls answered by one statement.
 const maxBatch = 64
@@ -31,7 +34,20 @@ func fast(in CompleteInput) bool { return in.Cost == 0 }
 // the batch changed, and COMMIT follows: two round trips, and more only when a hook has
 // a job to insert. An error of read or of a hook rolls everything back.
 func (s *Store) hotTx(ctx context.Context, b *pgx.Batch, t touched, read func(pgx.BatchResults) error) error {
-	if s.cfg.Hooks.PlanChanged == nil {
+	return s.batchTx(ctx, b, t, false, read)
+}
+
+// lockedTx is hotTx for a batch that may settle its plan (t.plan): the plan's row is
+// locked first in the same round trip, as the careful path locks it, and the plan is
+// settled after the batch's statements, before the hook and the commit. A plan that is
+// gone answers errGaveUp: each call takes the careful path, which says so.
+func (s *Store) lockedTx(ctx context.Context, b *pgx.Batch, t touched, read func(pgx.BatchResults) error) error {
+	return s.batchTx(ctx, b, t, true, read)
+}
+
+func (s *Store) batchTx(ctx context.Context, b *pgx.Batch, t touched, locked bool, read func(pgx.BatchResults) error) error {
+	hooked := s.cfg.Hooks.PlanChanged != nil
+	if !hooked && !locked {
 		br := s.pool.SendBatch(ctx, b)
 		err := read(br)
 		if cerr := br.Close(); err == nil {
@@ -46,22 +62,36 @@ func (s *Store) hotTx(ctx context.Context, b *pgx.Batch, t touched, read func(pg
 	defer conn.Release() // the pool closes a connection left in a transaction
 	full := &pgx.Batch{}
 	full.Queue("BEGIN")
+	if locked {
+		full.Queue(lockPlanSQL, t.plan)
+	}
 	full.QueuedQueries = append(full.QueuedQueries, b.QueuedQueries...)
-	full.Queue(markChangedSQL, t.args()...)
+	if hooked {
+		full.Queue(markChangedSQL, t.args()...)
+	}
 	br := conn.SendBatch(ctx, full)
 	_, err = br.Exec()
+	var status plan.PlanStatus
+	if err == nil && locked {
+		if err = br.QueryRow().Scan(&status); errors.Is(err, pgx.ErrNoRows) {
+			err = errGaveUp
+		}
+	}
 	if err == nil {
 		err = read(br)
 	}
 	var cs []ChangedPlan
-	if err == nil {
+	if err == nil && hooked {
 		cs, err = scanChanges(br.Query())
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	tx := openTx{conn: conn.Conn()}
-	if err == nil {
+	if err == nil && locked {
+		err = settlePlan(ctx, tx, t.plan, status)
+	}
+	if err == nil && hooked {
 		err = s.planChanged(ctx, tx, cs)
 	}
 	if err != nil {
@@ -213,12 +243,16 @@ var errGaveUp = errors.New("the completions gave up")
 // claim order are looked at for a ready task, so that claimers are not kept from the
 // tasks they want next, and the 16 first for the next task of a chain (no claimer can
 // take it before this commits); long chains do not cost a scan. With no such task,
-// whilly_require aborts the statement, and each completion takes the careful path. A
-// task whose lease does not match is left out of the result (the careful path says why). No deadlock: the tasks are locked in id order
+// whilly_require aborts the statement, and the batch runs again under the plan's row
+// lock (completeLockedSQL, lockedTx). A task whose lease does not match is left out of
+// the result (the careful path says why). No deadlock: the tasks are locked in id order
 // (lk), as every statement that locks several tasks of a plan does, and every update is
 // done before the witness is locked (count(*) over u reads it to the end first), so a
 // statement never waits while it holds a witness.
-const completeUnsettledSQL = `WITH r AS (
+const (
+	// completeTasksSQL completes the tasks and writes their COMPLETE events: the part of
+	// completeUnsettledSQL and completeLockedSQL that they share.
+	completeTasksSQL = `WITH r AS (
 	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
 		WITH ORDINALITY AS r(rid, rlease, rworker, rresult, rpayload, n)
 ), lk AS (
@@ -230,7 +264,11 @@ const completeUnsettledSQL = `WITH r AS (
 	WHERE plan_id = $1 AND id = r.rid AND lease_id::text = r.rlease AND claimed_by = r.rworker
 	  AND status IN ('CLAIMED', 'IN_PROGRESS') AND lease_expires_at > now()
 	RETURNING ` + taskColumns + `, r.n, r.rpayload
-), ready AS (
+), ev AS (
+	INSERT INTO events (plan_id, task_id, type, payload)
+	SELECT plan_id, id, 'COMPLETE', rpayload || jsonb_build_object('attempt', attempts) FROM u
+)`
+	completeUnsettledSQL = completeTasksSQL + `, ready AS (
 	SELECT 1 FROM tasks t
 	WHERE t.plan_id = $1 AND t.id = ANY (ARRAY(
 		SELECT id FROM tasks WHERE plan_id = $1 AND status = 'PENDING' ORDER BY priority_rank DESC, ord DESC LIMIT 16))
@@ -247,12 +285,14 @@ const completeUnsettledSQL = `WITH r AS (
 	SELECT 1 FROM tasks t
 	WHERE t.plan_id = $1 AND t.status IN ('CLAIMED', 'IN_PROGRESS') AND t.id <> ALL ($2::text[])
 	LIMIT 1 FOR SHARE SKIP LOCKED
-), ev AS (
-	INSERT INTO events (plan_id, task_id, type, payload)
-	SELECT plan_id, id, 'COMPLETE', rpayload || jsonb_build_object('attempt', attempts) FROM u
 )
 SELECT u.*, whilly_require((SELECT count(*) FROM u) >= 0 AND (EXISTS (SELECT 1 FROM ready) OR EXISTS (SELECT 1 FROM next) OR EXISTS (SELECT 1 FROM running)),
 	'the plan may be settled by this completion') FROM u`
+	// completeLockedSQL is completeUnsettledSQL for a batch that holds its plan's row lock
+	// (lockedTx): it needs no witness.
+	completeLockedSQL = completeTasksSQL + `
+SELECT u.*, true FROM u`
+)
 
 // completion is a COMPLETE that charges nothing; payload is its event's.
 type completion struct {
@@ -317,13 +357,31 @@ func gaveUp(err error, n int) (completed, error) {
 }
 
 // completeBatch completes a batch of tasks of one plan in one statement (the completions
-// group's run).
+// group's run); a batch that gave up runs again under the plan's row lock.
 func (s *Store) completeBatch(ctx context.Context, planID string, cs []completion) ([]TaskInfo, []error) {
+	done, err := s.completeTx(ctx, planID, cs, s.hotTx, completeUnsettledSQL)
+	if errors.Is(err, errGaveUp) {
+		done, err = s.completeTx(ctx, planID, cs, s.lockedTx, completeLockedSQL)
+	}
+	switch {
+	case errors.Is(err, errGaveUp):
+		return make([]TaskInfo, len(cs)), fill(len(cs), errCareful)
+	case err != nil:
+		return make([]TaskInfo, len(cs)), fill(len(cs), fmt.Errorf("complete tasks of plan %s: %w", planID, err))
+	}
+	return done.tasks, done.errs
+}
+
+// batchTxFunc is hotTx or lockedTx.
+type batchTxFunc func(ctx context.Context, b *pgx.Batch, t touched, read func(pgx.BatchResults) error) error
+
+// completeTx runs one try of completeBatch: the statement sql in the transaction of run.
+func (s *Store) completeTx(ctx context.Context, planID string, cs []completion, run batchTxFunc, sql string) (completed, error) {
 	var done completed
 	b := hotBatch()
-	b.Queue(completeUnsettledSQL, completeArgs(planID, cs)...)
+	b.Queue(sql, completeArgs(planID, cs)...)
 	tails := queueCompletionTails(b, planID, cs)
-	err := s.hotTx(ctx, b, touched{plan: planID, tasks: completionTasks(cs)}, func(br pgx.BatchResults) error {
+	err := run(ctx, b, touched{plan: planID, tasks: completionTasks(cs)}, func(br pgx.BatchResults) error {
 		rows, err := hotQuery(br)
 		if done, err = scanCompleted(rows, err, len(cs)); err == nil && done.gaveUp {
 			err = errGaveUp // its transaction failed: the rest did not run
@@ -333,13 +391,7 @@ func (s *Store) completeBatch(ctx context.Context, planID string, cs []completio
 		}
 		return err
 	})
-	switch {
-	case errors.Is(err, errGaveUp):
-		return make([]TaskInfo, len(cs)), fill(len(cs), errCareful)
-	case err != nil:
-		return make([]TaskInfo, len(cs)), fill(len(cs), fmt.Errorf("complete tasks of plan %s: %w", planID, err))
-	}
-	return done.tasks, done.errs
+	return done, err
 }
 
 // completionTasks returns the tasks of completions.
@@ -408,8 +460,24 @@ func (s *Store) CompleteAndClaim(ctx context.Context, l Lease, in CompleteInput,
 // handoffs group's run). The claim sees the completions: a task that they make claimable
 // may be handed over at once, and a worker whose completion was left alone gets nothing
 // (handoffWorkers) and takes the careful path. When the completions give up, so do the
-// claims.
+// claims, and the batch runs again under the plan's row lock.
 func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff) ([]handedOff, []error) {
+	out, errs, err := s.handoffTx(ctx, key, hs, s.hotTx, completeUnsettledSQL)
+	if errors.Is(err, errGaveUp) {
+		out, errs, err = s.handoffTx(ctx, key, hs, s.lockedTx, completeLockedSQL)
+	}
+	switch {
+	case errors.Is(err, errGaveUp):
+		return make([]handedOff, len(hs)), fill(len(hs), errCareful)
+	case err != nil:
+		return make([]handedOff, len(hs)), fill(len(hs), fmt.Errorf("complete tasks of plan %s and claim the next: %w", key.plan, err))
+	}
+	return out, errs
+}
+
+// handoffTx runs one try of handoffBatch: the completion statement complete, then the
+// claims, in the transaction of run.
+func (s *Store) handoffTx(ctx context.Context, key handoffKey, hs []handoff, run batchTxFunc, complete string) ([]handedOff, []error, error) {
 	cs, reqs := make([]completion, len(hs)), make([]ClaimRequest, len(hs))
 	for i, h := range hs {
 		cs[i], reqs[i] = h.completion, h.next
@@ -422,11 +490,11 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff) 
 	out := make([]handedOff, len(hs))
 	var done completed
 	b := hotBatch()
-	b.Queue(completeUnsettledSQL, completeArgs(key.plan, cs)...)
+	b.Queue(complete, completeArgs(key.plan, cs)...)
 	tails := queueCompletionTails(b, key.plan, cs)
 	queueClaim(b, key.claim.plan, claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs[0].Scopes, reqs), key.plan, tasks)...)
 	starts := queueHandedStarts(b, reqs)
-	err := s.hotTx(ctx, b, touched{plan: key.plan, tasks: tasks, workers: claimWorkers(reqs)}, func(br pgx.BatchResults) error {
+	err := run(ctx, b, touched{plan: key.plan, tasks: tasks, workers: claimWorkers(reqs)}, func(br pgx.BatchResults) error {
 		rows, err := hotQuery(br)
 		if done, err = scanCompleted(rows, err, len(hs)); err != nil {
 			return err
@@ -449,14 +517,11 @@ func (s *Store) handoffBatch(ctx context.Context, key handoffKey, hs []handoff) 
 		}
 		return err
 	})
-	switch {
-	case errors.Is(err, errGaveUp):
-		return make([]handedOff, len(hs)), fill(len(hs), errCareful)
-	case err != nil:
-		return make([]handedOff, len(hs)), fill(len(hs), fmt.Errorf("complete tasks of plan %s and claim the next: %w", key.plan, err))
+	if err != nil {
+		return nil, nil, err
 	}
 	for i := range hs {
 		out[i].task = done.tasks[i]
 	}
-	return out, done.errs
+	return out, done.errs, nil
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )
@@ -326,4 +329,74 @@ func TestAChainsCompletionsLeaveThePlanAlone(t *testing.T) {
 		t.Errorf("%d of %d completions that made the next task ready wrote the plan row (the careful path); want none", touched, n-1)
 	}
 	assertEndedOnce(t, st, pool, "chain", plan.PlanDone, queue.EventPlanDone)
+}
+
+// TestTheLastCompletionsSettleThePlanTogether: completions answered in one batch that end
+// their plan (nothing else waits or runs) cannot take the batched path, which does not
+// lock the plan. They are completed again as one batch, under the plan's row lock, in one
+// transaction that settles the plan once — not one careful transaction each, queueing on
+// that lock. The batch is made by holding the first completion's task locked until the
+// others wait for its batch.
+func TestTheLastCompletionsSettleThePlanTogether(t *testing.T) {
+	eachStore(t, testTheLastCompletionsSettleThePlanTogether)
+}
+
+func testTheLastCompletionsSettleThePlanTogether(t *testing.T, newStore storeMaker) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	const n = 5
+	p := &plan.Plan{ID: "last", Name: "last"}
+	for i := range n {
+		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%d", i)))
+	}
+	importTasks(t, st, p)
+	leases := make([]queue.Lease, n)
+	for i := range n {
+		w := register(t, st)
+		leases[i] = leaseOf(mustClaim(t, st, w, "last"), w.ID)
+	}
+	slices.SortFunc(leases, func(a, b queue.Lease) int { return strings.Compare(a.TaskID, b.TaskID) })
+
+	hold, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Rollback(ctx) }()
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM tasks WHERE plan_id = 'last' AND id = 'T0' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	complete := func(l queue.Lease) {
+		wg.Go(func() {
+			if _, err := st.Complete(ctx, l, queue.CompleteInput{}); err != nil {
+				t.Errorf("complete %s: %v", l.TaskID, err)
+			}
+		})
+	}
+	complete(leases[0]) // its batch waits for T0's lock
+	testkit.Eventually(t, 10*time.Second, "the first completion's batch runs", func() bool {
+		running, _ := st.CompletionBatch("last")
+		return running
+	})
+	for _, l := range leases[1:] {
+		complete(l)
+	}
+	testkit.Eventually(t, 10*time.Second, "the other completions wait for it", func() bool {
+		_, waiting := st.CompletionBatch("last")
+		return waiting == n-1
+	})
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	var txs int
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM tasks WHERE plan_id = 'last' AND id <> 'T0'`).Scan(&txs); err != nil {
+		t.Fatal(err)
+	}
+	if txs != 1 {
+		t.Errorf("the last %d completions were written by %d transactions, want 1 (one batch under the plan's lock)", n-1, txs)
+	}
+	assertEndedOnce(t, st, pool, "last", plan.PlanDone, queue.EventPlanDone)
 }

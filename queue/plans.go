@@ -334,11 +334,15 @@ func (s *Store) SetBudget(ctx context.Context, planID string, budget *plan.USD, 
 	return s.GetPlan(ctx, planID)
 }
 
+// lockPlanSQL locks a plan's row and reads its status (lockPlan, and the paths that send
+// it in a batch).
+const lockPlanSQL = `SELECT status FROM plans WHERE id = $1 FOR NO KEY UPDATE`
+
 // lockPlan locks the plan row and returns its status. Every writer that touches a plan
 // and its tasks locks the plan first, so they cannot deadlock.
 func lockPlan(ctx context.Context, tx pgx.Tx, planID string) (plan.PlanStatus, error) {
 	var st plan.PlanStatus
-	err := tx.QueryRow(ctx, `SELECT status FROM plans WHERE id = $1 FOR NO KEY UPDATE`, planID).Scan(&st)
+	err := tx.QueryRow(ctx, lockPlanSQL, planID).Scan(&st)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, fmt.Errorf("plan %s: %w", planID, ErrNotFound)
 	}
