@@ -10,7 +10,6 @@ package worker
 
 import (
 	"context"
-	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,7 +160,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	}
 	// key is the claim's idempotency key, kept until the claim is answered: a claim whose
 	// answer was lost, retried with it, gets the task it claimed (not a second one).
-	key := newKey()
+	key := client.NewKey()
 	// planSeen: the control plane has known the plan (a claim was answered); until then a
 	// plan that does not exist is waited for. waitLogged says the wait was logged.
 	planSeen, waitLogged := false, false
@@ -181,7 +180,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 			var err error
 			claim, err = w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds(), IdempotencyKey: key})
 			if err == nil || !retryable(err) {
-				key = newKey()
+				key = client.NewKey()
 			}
 			if err != nil {
 				if ctx.Err() != nil {
@@ -401,7 +400,7 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 			Log: r.log.tail(ctx)}
 		if wantNext {
 			// The next task comes back with the completion: one round trip fewer.
-			req.ClaimNext = &client.NextClaim{PlanID: w.cfg.PlanID, IdempotencyKey: newKey(), Start: true}
+			req.ClaimNext = &client.NextClaim{PlanID: w.cfg.PlanID, IdempotencyKey: client.NewKey(), Start: true}
 		}
 		var done client.CompleteResponse
 		if err := w.report(ctx, log, lc, "complete", func(ctx context.Context) error {
@@ -891,14 +890,6 @@ func (lc *leaseClock) expired(now time.Time) bool {
 	return now.Sub(lc.base) > time.Duration(lc.last.Load())+lc.ttl+leaseSlack
 }
 
-// newKey returns a random UUID (version 4), an idempotency key.
-func newKey() string {
-	var b [16]byte
-	_, _ = crand.Read(b[:]) // never fails (crypto/rand)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
 
 // backoff waits between attempts to reach the control plane: 200 ms doubling to 10 s,
 // with jitter so many workers do not return at once.

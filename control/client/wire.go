@@ -1,7 +1,9 @@
 package client
 
 import (
+	crand "crypto/rand"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -514,4 +516,14 @@ type AttemptLog struct {
 	Running    bool        `json:"running"`
 	TaskStatus plan.Status `json:"task_status"`
 	UpdatedAt  *time.Time  `json:"updated_at,omitempty"`
+}
+
+// NewKey returns a random UUID (version 4), an idempotency key (ClaimRequest,
+// NextClaim).
+func NewKey() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -249,7 +249,7 @@ func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) ch
 				c := next
 				if c == nil {
 					var err error
-					if c, err = w.api.Claim(ctx, client.ClaimRequest{WaitSeconds: 5}); err != nil || c == nil {
+					if c, err = w.api.Claim(ctx, client.ClaimRequest{WaitSeconds: 5, IdempotencyKey: client.NewKey()}); err != nil || c == nil {
 						if err != nil && ctx.Err() == nil {
 							fail(fmt.Errorf("sim worker %d: %w", i+1, err))
 							return
@@ -297,7 +297,7 @@ func (l *load) run(ctx context.Context, w worker, c *client.Claim, taskTime time
 		}
 	}
 	done, err := w.api.Complete(ctx, c.Plan.ID, c.Task.ID, client.CompleteRequest{LeaseID: c.Lease.ID, NoChanges: true,
-		Result: "sim: nothing to change", ClaimNext: &client.NextClaim{Start: taskTime > 0}})
+		Result: "sim: nothing to change", ClaimNext: &client.NextClaim{IdempotencyKey: client.NewKey(), Start: taskTime > 0}})
 	if err != nil {
 		return nil, err
 	}
