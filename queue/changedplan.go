@@ -47,14 +47,18 @@ const revokeDue = `CASE WHEN (gm.revoke_at IS NULL OR gm.revoke_at < now() - int
 // plan without a mirror row before this change — one without an issue (push tokens are
 // minted for issue plans only), or an issue plan's first change — is told to revoke
 // whenever a token of an ended lease exists, as before revoke_at: the row it creates has
-// revoke_at NULL, which costs at most one more job, once per plan.
+// revoke_at NULL, which costs at most one more job, once per plan. The workers' claims
+// are looked up one worker at a time (a LATERAL subquery that OFFSET 0 keeps the planner
+// from flattening into one scan of every running task), by an index scan of
+// tasks_claimed_by (see hotSettings).
 const markChangedSQL = `WITH p AS (
 	SELECT DISTINCT id FROM (
 		SELECT unnest($1::text[]) AS id
 		UNION ALL
 		SELECT plan_id FROM tasks WHERE plan_id = $2 AND id = ANY ($3::text[]) AND updated_at = now()
 		UNION ALL
-		SELECT plan_id FROM tasks WHERE claimed_by = ANY ($4::text[]) AND status IN ('CLAIMED', 'IN_PROGRESS') AND updated_at = now()
+		SELECT x.plan_id FROM unnest($4::text[]) AS w(id) CROSS JOIN LATERAL (
+			SELECT plan_id FROM tasks WHERE claimed_by = w.id AND status IN ('CLAIMED', 'IN_PROGRESS') AND updated_at = now() OFFSET 0) x
 	) c
 ), m AS (
 	INSERT INTO github_mirror AS gm (plan_id, job_at)

@@ -10,6 +10,11 @@ const (
 
 var ClaimAnySQL = claimAnySQL
 
+const (
+	MarkChangedSQL = markChangedSQL
+	StartHandedSQL = startHandedSQL
+)
+
 // CompletionBatch says whether a batch of plan planID's completions runs, and how many
 // completions wait for it.
 func (s *Store) CompletionBatch(planID string) (running bool, waiting int) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,6 +34,7 @@ func genericPlan(t *testing.T, pool *pgxpool.Pool, sql, args string, settings ..
 	if _, err := tx.Prepare(ctx, "explained", sql); err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = tx.Conn().Deallocate(ctx, "explained") }()
 	rows, err := tx.Query(ctx, `EXPLAIN (COSTS OFF) EXECUTE explained(`+args+`)`)
 	if err != nil {
 		t.Fatal(err)
@@ -81,4 +83,94 @@ func TestClaimWalksTheClaimOrderAfterABurstOfImports(t *testing.T) {
 			t.Errorf("analyzed %v: the claim does not walk the claim order (tasks_claim_fair) probing plans by key:\n%s", analyzed, got)
 		}
 	}
+}
+
+// TestAWorkersClaimsAreLookedUpByIndexScans: the statements that find the tasks a
+// batch's claims just leased by their workers (markChangedSQL, for the plans to mark;
+// startHandedSQL, for the tasks to start) walk tasks_claimed_by one worker at a time,
+// with an index scan. tasks_claimed_by keeps an entry for every claim and every start
+// until vacuum; a bitmap scan for all the workers at once visited every such entry's
+// heap page on every call, and left them for the next (late in bench scale, 431 entries
+// and 240 pages for five workers: 5 ms of a handoff's transaction), where an index scan
+// marks the dead ones and passes over them afterwards.
+func TestAWorkersClaimsAreLookedUpByIndexScans(t *testing.T) {
+	pool, workers := busyFleet(t)
+	ws := "ARRAY[" + strings.Join(workers, ", ") + "]"
+	for name, c := range map[string]struct{ sql, args string }{
+		"markChangedSQL": {queue.MarkChangedSQL, `'{}', 'p00', '{T00}', ` + ws},
+		"startHandedSQL": {queue.StartHandedSQL, ws + `, ARRAY['k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8']`},
+	} {
+		lines := genericPlan(t, pool, c.sql, c.args)
+		lookups := 0
+		for i, l := range lines {
+			if strings.Contains(l, "Index Cond: (claimed_by = ") {
+				lookups++
+				if !strings.Contains(lines[i-1], "->  Index Scan using tasks_claimed_by") {
+					t.Errorf("%s looks the workers' claims up with %q, not an index scan:\n%s", name, strings.TrimSpace(lines[i-1]), strings.Join(lines, "\n"))
+				}
+			}
+		}
+		if lookups == 0 {
+			t.Errorf("%s does not look the workers' claims up in tasks_claimed_by:\n%s", name, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// TestARevocationCheckProbesItsPlansTokens: markChangedSQL asks whether a plan has a push
+// token of an ended lease by walking that plan's tokens and probing each one's task by
+// key (leaseEnded), not by joining every token with every running task: its generic plan
+// once read all the tokens of all plans for it (8 ms a claim or completion, late in bench
+// scale).
+func TestARevocationCheckProbesItsPlansTokens(t *testing.T) {
+	pool, workers := busyFleet(t)
+	lines := genericPlan(t, pool, queue.MarkChangedSQL, `'{}', 'p00', '{T00}', ARRAY[`+strings.Join(workers, ", ")+`]`)
+	got := strings.Join(lines, "\n")
+	tokens := 0
+	for i, l := range lines {
+		if strings.Contains(l, " on push_tokens ") {
+			tokens++
+			if i+1 == len(lines) || !strings.Contains(lines[i+1], "Index Cond: (plan_id = ") {
+				t.Errorf("markChangedSQL reads push_tokens without its plan's key: %q\n%s", strings.TrimSpace(l), got)
+			}
+		}
+	}
+	if tokens == 0 || strings.Contains(got, "Anti Join") {
+		t.Errorf("markChangedSQL does not probe the plan's push tokens one by one:\n%s", got)
+	}
+}
+
+// busyFleet imports 20 plans of 20 tasks and has 8 workers claim 10 tasks each, each
+// claim with a push token, then analyzes: the workers' ids come back as SQL literals.
+func busyFleet(t *testing.T) (*pgxpool.Pool, []string) {
+	t.Helper()
+	ctx := context.Background()
+	pool := testkit.DB(t)
+	st := queue.NewStore(pool, nil, queue.Config{})
+	for i := range 20 {
+		p := &plan.Plan{ID: fmt.Sprintf("p%02d", i), Name: "p"}
+		for k := range 20 {
+			p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%02d", k)))
+		}
+		importTasks(t, st, p)
+	}
+	var workers []string
+	for range 8 {
+		w := register(t, st)
+		workers = append(workers, "'"+w.ID+"'")
+		for range 10 {
+			c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID})
+			if err != nil || c == nil {
+				t.Fatalf("claim: %v, %v", c, err)
+			}
+			_, err = st.RecordPushToken(ctx, queue.PushToken{LeaseID: c.Lease.ID, PlanID: c.Task.PlanID, TaskID: c.Task.ID,
+				InstallationID: 1, Sealed: []byte("sealed"), ExpiresAt: time.Now().Add(time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE tasks, plans, push_tokens`); err != nil {
+		t.Fatal(err)
+	}
+	return pool, workers
 }

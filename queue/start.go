@@ -80,15 +80,18 @@ func (s *Store) startBatch(ctx context.Context, planID string, ls []Lease) ([]Ta
 // that asked for it, ClaimRequest.Start): CLAIMED becomes IN_PROGRESS with its START
 // event, so the worker needs no START request of its own. Only rows this transaction
 // wrote (xmin) are touched: a claim of an earlier transaction under the same key is not
-// started behind its worker's back.
+// started behind its worker's back. Each worker's claim is looked up by itself, as in
+// markChangedSQL.
 const startHandedSQL = `WITH r AS (
 	SELECT * FROM unnest($1::text[], $2::text[]) AS r(rworker, rkey)
+), h AS (
+	SELECT x.plan_id AS hplan, x.id AS hid, r.rworker FROM r CROSS JOIN LATERAL (
+		SELECT plan_id, id FROM tasks WHERE claimed_by = r.rworker AND lease_id::text = r.rkey AND status = 'CLAIMED'
+		  AND xmin::text::bigint = txid_current() % 4294967296 OFFSET 0) x
 ), u AS (
 	UPDATE tasks SET status = 'IN_PROGRESS', version = version + 1, updated_at = now()
-	FROM r
-	WHERE claimed_by = r.rworker AND lease_id::text = r.rkey AND status = 'CLAIMED'
-	  AND xmin::text::bigint = txid_current() % 4294967296
-	RETURNING ` + taskColumns + `, r.rworker
+	FROM h WHERE plan_id = h.hplan AND id = h.hid
+	RETURNING ` + taskColumns + `, h.rworker
 ), ev AS (
 	INSERT INTO events (plan_id, task_id, type, payload)
 	SELECT plan_id, id, 'START', jsonb_build_object('worker_id', rworker, 'attempt', attempts) FROM u
