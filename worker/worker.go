@@ -890,7 +890,6 @@ func (lc *leaseClock) expired(now time.Time) bool {
 	return now.Sub(lc.base) > time.Duration(lc.last.Load())+lc.ttl+leaseSlack
 }
 
-
 // backoff waits between attempts to reach the control plane: 200 ms doubling to 10 s,
 // with jitter so many workers do not return at once.
 type backoffState struct{ next time.Duration }
