@@ -346,11 +346,7 @@ func testTheLastCompletionsSettleThePlanTogether(t *testing.T, newStore storeMak
 	ctx := context.Background()
 	st, pool := newStore(t)
 	const n = 5
-	p := &plan.Plan{ID: "last", Name: "last"}
-	for i := range n {
-		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%d", i)))
-	}
-	importTasks(t, st, p)
+	importTasks(t, st, widePlan("last", n))
 	leases := make([]queue.Lease, n)
 	for i := range n {
 		w := register(t, st)
@@ -363,7 +359,7 @@ func testTheLastCompletionsSettleThePlanTogether(t *testing.T, newStore storeMak
 		t.Fatal(err)
 	}
 	defer func() { _ = hold.Rollback(ctx) }()
-	if _, err := hold.Exec(ctx, `SELECT 1 FROM tasks WHERE plan_id = 'last' AND id = 'T0' FOR UPDATE`); err != nil {
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM tasks WHERE plan_id = 'last' AND id = 'T0000' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -374,7 +370,7 @@ func testTheLastCompletionsSettleThePlanTogether(t *testing.T, newStore storeMak
 			}
 		})
 	}
-	complete(leases[0]) // its batch waits for T0's lock
+	complete(leases[0]) // its batch waits for T0000's lock
 	testkit.Eventually(t, 10*time.Second, "the first completion's batch runs", func() bool {
 		running, _ := st.CompletionBatch("last")
 		return running
@@ -392,7 +388,7 @@ func testTheLastCompletionsSettleThePlanTogether(t *testing.T, newStore storeMak
 	wg.Wait()
 
 	var txs int
-	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM tasks WHERE plan_id = 'last' AND id <> 'T0'`).Scan(&txs); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM tasks WHERE plan_id = 'last' AND id <> 'T0000'`).Scan(&txs); err != nil {
 		t.Fatal(err)
 	}
 	if txs != 1 {

@@ -147,11 +147,7 @@ func busyFleet(t *testing.T) (*pgxpool.Pool, []string) {
 	pool := testkit.DB(t)
 	st := queue.NewStore(pool, nil, queue.Config{})
 	for i := range 20 {
-		p := &plan.Plan{ID: fmt.Sprintf("p%02d", i), Name: "p"}
-		for k := range 20 {
-			p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%02d", k)))
-		}
-		importTasks(t, st, p)
+		importTasks(t, st, widePlan(fmt.Sprintf("p%02d", i), 20))
 	}
 	var workers []string
 	for range 8 {
