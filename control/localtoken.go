@@ -135,18 +135,25 @@ func (t *LocalToken) Stop(ctx context.Context) {
 
 // RoundTrip sends req with the current token. A request refused (401) because its token
 // was revoked while it was on its way — two renewals passed meanwhile, as on a machine
-// slow enough or with a short Renew — is sent again once with the token that replaced
-// it, when its body can be sent again.
+// slow enough or with a short Renew — is sent again with the token that replaced it,
+// when its body can be sent again: up to maxResends times, since on such a machine the
+// next one can be overtaken too.
 func (t *LocalToken) RoundTrip(req *http.Request) (*http.Response, error) {
-	tok := t.cur.Load()
-	resp, err := t.send(req, tok)
-	if err != nil || resp.StatusCode != http.StatusUnauthorized || t.cur.Load() == tok || (req.Body != nil && req.GetBody == nil) {
-		return resp, err
+	for sent := 0; ; sent++ {
+		tok := t.cur.Load()
+		resp, err := t.send(req, tok)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized || t.cur.Load() == tok ||
+			(req.Body != nil && req.GetBody == nil) || sent == maxResends {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so that its connection is reused
+		_ = resp.Body.Close()
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so that its connection is reused
-	_ = resp.Body.Close()
-	return t.send(req, t.cur.Load())
 }
+
+// maxResends bounds how often RoundTrip sends a request again after its token was revoked
+// on the way.
+const maxResends = 3
 
 // send sends a copy of req (and of its body) with tok.
 func (t *LocalToken) send(req *http.Request, tok *mintedToken) (*http.Response, error) {

@@ -122,8 +122,10 @@ func TestLocalTokenResendsARequestWhoseTokenWasRevokedOnTheWay(t *testing.T) {
 	if _, err := c.ListPlans(ctx, client.PlanQuery{Limit: 1}); err != nil {
 		t.Fatalf("a request held while its token was revoked: %v", err)
 	}
-	if refused.Load() != 1 || held.Load() != 2 {
-		t.Errorf("the API refused %d requests of %d; want the held one refused once and sent again", refused.Load(), held.Load())
+	// On a slow machine a request sent again can be overtaken by two renewals as well,
+	// and is sent again in turn.
+	if refused.Load() < 1 || held.Load() != refused.Load()+1 {
+		t.Errorf("the API refused %d requests of %d; want the held one refused, and each refused one sent again", refused.Load(), held.Load())
 	}
 }
 
