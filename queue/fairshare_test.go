@@ -139,3 +139,30 @@ func TestFairShareServesNewPlansFirstInTheirOrder(t *testing.T) {
 		t.Fatalf("after 10 claims of running plans, the next went to %v, want %v", got, want)
 	}
 }
+
+// The same when the head of the claim order lies behind more waiting tasks than an
+// import walks past (a plan's 300 tasks wait on one that runs, as an issue's chain waits
+// on its running link): new plans still go before the first claimable task, in the order
+// they came. The import stops its walk early and places them before the tasks it did not
+// look at.
+func TestFairShareServesNewPlansFirstBehindManyWaitingTasks(t *testing.T) {
+	t.Parallel()
+	st, _ := newStore(t)
+	w := register(t, st)
+	p := &plan.Plan{ID: "waiting", Name: "waiting", Tasks: []plan.Task{goodTask("setup")}}
+	for i := range 300 {
+		p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("W%03d", i), "setup"))
+	}
+	p.Tasks = append(p.Tasks, goodTask("ready"))
+	importFor(t, st, p, 1)
+	if got := claimAny(t, st, w, 1); got[0] != "waiting" {
+		t.Fatalf("first claim went to %v, want the setup task of waiting", got)
+	}
+	importFor(t, st, widePlan("new1", 5), 2)
+	importFor(t, st, widePlan("new2", 5), 3)
+	importFor(t, st, widePlan("new3", 1), 4)
+	got := claimAny(t, st, w, 3)
+	if want := []string{"new1", "new2", "new3"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("with 300 tasks waiting ahead, the next claims went to %v, want %v", got, want)
+	}
+}
