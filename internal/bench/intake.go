@@ -218,7 +218,8 @@ func (l *load) deliver(ctx context.Context, rate float64) error {
 // whilly-worker, each completion asks for the worker's next task, started in the same
 // transaction (claim_next), and the worker long-polls only when it got none. The first
 // claim of each issue's plan is timed. Each worker heartbeats every 10 s, as
-// whilly-worker does. The channel gets the first error, or nil.
+// whilly-worker does, and like it lives with a heartbeat that fails (logged) unless its
+// token is refused. The channel gets the first error, or nil.
 func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) chan error {
 	var (
 		wg    sync.WaitGroup
@@ -237,9 +238,15 @@ func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) ch
 					return
 				case <-time.After(10 * time.Second):
 				}
-				if _, err := w.api.Heartbeat(ctx, w.id, client.HeartbeatRequest{}); err != nil && ctx.Err() == nil {
+				_, err := w.api.Heartbeat(ctx, w.id, client.HeartbeatRequest{})
+				switch {
+				case err == nil || ctx.Err() != nil:
+				case client.IsUnauthorized(err) || client.IsForbidden(err):
 					fail(fmt.Errorf("sim worker %d: heartbeat: %w", i+1, err))
 					return
+				default: // as whilly-worker, which tries again at its next beat
+					l.e.log.WarnContext(ctx, "bench: a sim worker's heartbeat failed; it tries again in 10 s",
+						"worker_id", w.id, "error", err)
 				}
 			}
 		})
