@@ -131,12 +131,20 @@ func TestFairShareServesNewPlansFirstInTheirOrder(t *testing.T) {
 		importFor(t, st, widePlan(fmt.Sprintf("running%d", i), 50), int64(i+1))
 	}
 	claimAny(t, st, w, 10)
+	newPlansServedFirst(t, st, w, "after 10 claims of running plans")
+}
+
+// newPlansServedFirst imports three new plans, the last of installation 1 (which has a
+// plan under way), and fails unless the next three claims take their first tasks, in
+// that order.
+func newPlansServedFirst(t *testing.T, st *queue.Store, w queue.Worker, when string) {
+	t.Helper()
 	importFor(t, st, widePlan("new1", 50), 4)
 	importFor(t, st, widePlan("new2", 50), 5)
 	importFor(t, st, widePlan("new3", 1), 1)
 	got := claimAny(t, st, w, 3)
 	if want := []string{"new1", "new2", "new3"}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("after 10 claims of running plans, the next went to %v, want %v", got, want)
+		t.Fatalf("%s, the next claims went to %v, want %v", when, got, want)
 	}
 }
 
@@ -158,11 +166,5 @@ func TestFairShareServesNewPlansFirstBehindManyWaitingTasks(t *testing.T) {
 	if got := claimAny(t, st, w, 1); got[0] != "waiting" {
 		t.Fatalf("first claim went to %v, want the setup task of waiting", got)
 	}
-	importFor(t, st, widePlan("new1", 5), 2)
-	importFor(t, st, widePlan("new2", 5), 3)
-	importFor(t, st, widePlan("new3", 1), 4)
-	got := claimAny(t, st, w, 3)
-	if want := []string{"new1", "new2", "new3"}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("with 300 tasks waiting ahead, the next claims went to %v, want %v", got, want)
-	}
+	newPlansServedFirst(t, st, w, "with 300 tasks waiting ahead")
 }
