@@ -354,6 +354,9 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 	return n, nil
 }
 
+// shareWalk bounds the fair-share walk of an import (fairShareSQL).
+const shareWalk = "256"
+
 // fairShareSQL places the tasks of plan $1 (rows $2, with rank and step) in the claim
 // order (migration 0019). Rounds are even; the odd round just before one holds the first
 // tasks of plans that came since, so that a new plan's first task is claimed before the
@@ -371,9 +374,6 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 // rounds after it, one each, or every m-th when its installation has m live plans
 // (share_stride; plans without an installation are one group), so that an installation's
 // many plans together get about what one plan of another installation gets.
-// shareWalk bounds the fair-share walk of an import (fairShareSQL).
-const shareWalk = "256"
-
 const fairShareSQL = `share_base AS (
 		SELECT k.rank, CASE WHEN h.round IS NULL THEN -1 WHEN h.round % 2 <> 0 THEN h.round ELSE h.round - 1 END AS first
 		FROM (SELECT DISTINCT (e->>'rank')::smallint AS rank FROM jsonb_array_elements($2::jsonb) AS e) k
