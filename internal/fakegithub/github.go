@@ -122,6 +122,7 @@ type fakeToken struct {
 	expires      time.Time
 	repos        []string          // lower-case owner/name; nil: every repository of the installation
 	perms        map[string]string // nil: the installation's
+	request      int               // its entry in tokenRequests
 }
 
 // scoped reports whether the token was minted for some repositories or permissions.
@@ -624,15 +625,12 @@ func (g *GitHub) revokeToken(w http.ResponseWriter, r *http.Request, _ int64, _ 
 	tok := strings.TrimPrefix(strings.TrimPrefix(r.Header.Get("Authorization"), "token "), "Bearer ")
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, ok := g.tokens[tok]; !ok {
+	ft, ok := g.tokens[tok]
+	if !ok {
 		return writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials"})
 	}
 	delete(g.tokens, tok)
-	for i := range g.tokenRequests {
-		if g.tokenRequests[i].Token == tok {
-			g.tokenRequests[i].RevokedAt = time.Now()
-		}
-	}
+	g.tokenRequests[ft.request].RevokedAt = time.Now()
 	w.WriteHeader(http.StatusNoContent)
 	return http.StatusNoContent
 }
@@ -694,6 +692,7 @@ func (g *GitHub) accessToken(w http.ResponseWriter, req *http.Request, _ int64, 
 		}
 	}
 	tok := "ghs_" + randomHex(16)
+	ft.request = len(g.tokenRequests)
 	g.tokenRequests = append(g.tokenRequests, TokenRequest{Installation: id, Repositories: slices.Clone(opts.Repositories), Permissions: opts.Permissions, Token: tok})
 	g.tokens[tok] = ft
 	out := map[string]any{"token": tok, "expires_at": ft.expires.UTC().Format(time.RFC3339)}
