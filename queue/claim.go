@@ -19,9 +19,11 @@ import (
 // that array (n is the position of the worker a task went to). It walks an index in claim
 // order — priority, fair-share round, plan age, file order (tasks_claim_fair, see
 // fairShareSQL; tasks_claim_plan with the plan fixed) — and stops once it has enough
-// tasks that pass the checks, so its cost does not grow with the backlog. SKIP LOCKED lets concurrent claimers pass over each other's
-// candidates instead of queueing behind them; the dependency check runs in the same
-// snapshot. Each row holds the task, n and the task's plan.
+// tasks that pass the checks, so its cost does not grow with the backlog. Tasks waiting
+// on an unfinished dependency are not in the claim order (waiting, migration 0024), and
+// the dependency check still runs, in the same snapshot. SKIP LOCKED lets concurrent
+// claimers pass over each other's candidates instead of queueing behind them. Each row
+// holds the task, n and the task's plan.
 const (
 	// depsFinished holds for a task t whose every dependency is DONE or SKIPPED (a
 	// dependency that does not exist is not). Each dependency's status is a scalar
@@ -46,7 +48,7 @@ WITH w AS (
 ), cand AS (
 	SELECT t.plan_id AS cplan, t.id AS cid
 	FROM tasks t
-	WHERE t.status = 'PENDING' AND %s
+	WHERE t.status = 'PENDING' AND NOT t.waiting AND %s
 	  AND (t.not_before IS NULL OR t.not_before <= now())
 	  AND (t.labels = '{}' OR t.labels <@ $2::text[])
 	  AND EXISTS (

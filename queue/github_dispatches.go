@@ -104,7 +104,7 @@ func (s *Store) IdleDispatches(ctx context.Context, every time.Duration, limit i
 				  AND NOT EXISTS (SELECT 1 FROM tasks r WHERE r.plan_id = p.id AND r.status IN ('CLAIMED', 'IN_PROGRESS'))
 				  AND EXISTS (
 					SELECT 1 FROM tasks t
-					WHERE t.plan_id = p.id AND t.status = 'PENDING'
+					WHERE t.plan_id = p.id AND t.status = 'PENDING' AND NOT t.waiting
 					  AND (t.not_before IS NULL OR t.not_before <= now())
 					  AND (NOT p.strict OR t.gate_verdict <> 'REJECT')
 					  AND `+depsFinished+`)

@@ -319,7 +319,7 @@ func (s *Store) ReadyCounts(ctx context.Context) (map[string]int, error) {
 			WITH ready AS (
 				SELECT t.plan_id, count(*) AS n
 				FROM tasks t JOIN plans p ON p.id = t.plan_id
-				WHERE t.status = 'PENDING'
+				WHERE t.status = 'PENDING' AND NOT t.waiting
 				  AND (t.not_before IS NULL OR t.not_before <= now())
 				  AND p.status = 'ACTIVE'
 				  AND (p.budget_usd IS NULL OR p.spent_usd < p.budget_usd)

@@ -298,10 +298,16 @@ func nonNil(s []string) []string {
 
 // insertTasks inserts a batch of normalised tasks with one statement; existing (plan_id, id) rows are kept.
 // Each inserted row gets its task.created event in the same statement. steps counts, by
-// priority rank, the tasks of the import placed in the fair-share order so far.
+// priority rank, the tasks of the import placed in the fair-share order so far. A task
+// with a dependency that is not DONE or SKIPPED (stored, or in the batch) is inserted
+// waiting (migration 0024).
 func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks []plan.Task, steps map[int]int, by string) (int, error) {
 	rows := make([]taskRow, len(tasks))
+	satisfied := []string{} // the batch's tasks that satisfy a dependency: not waited for
 	for i, t := range tasks {
+		if t.Status.Satisfies() {
+			satisfied = append(satisfied, t.ID)
+		}
 		v := plan.Gate(t)
 		rank := t.Priority.Rank()
 		rows[i] = taskRow{
@@ -319,7 +325,9 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 	if err != nil {
 		return 0, fmt.Errorf("encode tasks: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT `+indexPaths); err != nil {
+	// The plan's dependency lock (migration 0024) before waiting is read: a dependency
+	// that finishes meanwhile unblocks these tasks once they are committed.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('whilly:deps:' || $1, 0)), `+indexPaths, planID); err != nil {
 		return 0, fmt.Errorf("insert tasks: %w", err)
 	}
 	var n int
@@ -327,11 +335,14 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 		WITH `+fairShareSQL+`, ins AS (
 			INSERT INTO tasks (plan_id, id, ord, status, priority, description, dependencies, key_files,
 			                   acceptance_criteria, test_steps, prd_requirement, labels, max_attempts,
-			                   gate_verdict, gate_reasons, plan_seq, share_round)
+			                   gate_verdict, gate_reasons, plan_seq, share_round, waiting)
 			SELECT $1, r.id, r.ord, r.status, r.priority, r.description, r.dependencies, r.key_files,
 			       r.acceptance_criteria, r.test_steps, r.prd_requirement, r.labels, r.max_attempts,
 			       r.gate_verdict, r.gate_reasons, (SELECT seq FROM plans WHERE id = $1),
-			       CASE WHEN r.step = 0 THEN b.first ELSE b.first + 1 + 2 * (SELECT stride FROM share_stride) * (r.step - 1) END
+			       CASE WHEN r.step = 0 THEN b.first ELSE b.first + 1 + 2 * (SELECT stride FROM share_stride) * (r.step - 1) END,
+			       EXISTS (SELECT 1 FROM unnest(r.dependencies) AS d(dep)
+			               WHERE coalesce((SELECT x.status FROM tasks x WHERE x.plan_id = $1 AND x.id = d.dep),
+			                              CASE WHEN d.dep = ANY ($4::text[]) THEN 'DONE' END, '') NOT IN ('DONE', 'SKIPPED'))
 			FROM jsonb_to_recordset($2::jsonb) AS r(
 				id text, ord int, status text, priority text, description text, dependencies text[],
 				key_files text[], acceptance_criteria text[], test_steps text[], prd_requirement text,
@@ -347,7 +358,7 @@ func insertTasks(ctx context.Context, tx pgx.Tx, planID string, ord int, tasks [
 			FROM ins ORDER BY ord
 			RETURNING 1
 		)
-		SELECT count(*) FROM ev`, planID, doc, by).Scan(&n)
+		SELECT count(*) FROM ev`, planID, doc, by, satisfied).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("insert tasks: %w", err)
 	}
@@ -367,8 +378,9 @@ const shareWalk = "256"
 // tasks_claim_fair like a claim — or the odd round before it; -1 when nothing is
 // claimable. The walk goes no further than the round of the shareWalk-th pending task
 // (bound): when none before it is claimable, that round stands for the head, which can
-// only lie further on. Issues' task lists are chains whose waiting tasks sit in the claim
-// order, and an unbounded walk past them cost every import 14–25 ms in bench scale. Each
+// only lie further on: tasks held back by a retry, a paused plan, an unfinished
+// dependency the waiting flag missed; unbounded, a walk past a chain's waiting tasks (when
+// they were in the claim order) cost every import 14–25 ms in bench scale. Each
 // lateral is evaluated once (OFFSET 0): inlined, the CASE below ran the walk once for
 // each mention of its round. The plan's further tasks of that priority take the even
 // rounds after it, one each, or every m-th when its installation has m live plans
@@ -379,12 +391,12 @@ const fairShareSQL = `share_base AS (
 		FROM (SELECT DISTINCT (e->>'rank')::smallint AS rank FROM jsonb_array_elements($2::jsonb) AS e) k
 		CROSS JOIN LATERAL (SELECT (
 			SELECT t.share_round FROM tasks t
-			WHERE t.status = 'PENDING' AND t.priority_rank = k.rank
+			WHERE t.status = 'PENDING' AND NOT t.waiting AND t.priority_rank = k.rank
 			ORDER BY t.share_round, t.plan_seq, t.ord
 			OFFSET ` + shareWalk + ` - 1 LIMIT 1) AS bound OFFSET 0) b
 		CROSS JOIN LATERAL (SELECT coalesce((
 			SELECT t.share_round FROM tasks t
-			WHERE t.status = 'PENDING' AND t.priority_rank = k.rank
+			WHERE t.status = 'PENDING' AND NOT t.waiting AND t.priority_rank = k.rank
 			  AND t.share_round <= coalesce(b.bound, 9223372036854775807)
 			  AND (t.not_before IS NULL OR t.not_before <= now())
 			  AND EXISTS (SELECT 1 FROM plans pl WHERE pl.id = t.plan_id AND pl.status = 'ACTIVE')
