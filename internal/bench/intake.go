@@ -175,42 +175,68 @@ func (l *load) payload(b *benchIssue) ([]byte, error) {
 	return out, nil
 }
 
-// deliver POSTs one signed delivery per issue to /webhook, rate a second, in order.
+// deliver POSTs one signed delivery per issue to /webhook, rate a second, in order, each
+// at its time whatever the ones before it take: GitHub does not wait for one delivery's
+// answer before it sends the next. It stops sending at the first failed delivery and
+// returns its error once the deliveries under way have answered.
 func (l *load) deliver(ctx context.Context, rate float64) error {
-	hc := &http.Client{Timeout: 30 * time.Second}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	defer hc.CloseIdleConnections()
 	interval := time.Duration(float64(time.Second) / rate)
 	begin := time.Now()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	failed := func(err error) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+		}
+		return first
+	}
 	for i, b := range l.issues {
 		if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				failed(ctx.Err())
 			case <-time.After(wait):
 			}
 		}
+		if failed(nil) != nil {
+			break
+		}
 		body, err := l.payload(b)
 		if err != nil {
-			return err
+			failed(err)
+			break
 		}
 		req, err := fakegithub.WebhookRequest(ctx, l.e.base+"/webhook", l.e.secret, "issues",
 			fmt.Sprintf("bench-%s-%d", l.e.suffix, i+1), body)
 		if err != nil {
-			return err
+			failed(err)
+			break
 		}
 		l.mu.Lock()
 		b.labelled = time.Now()
 		l.mu.Unlock()
-		resp, err := hc.Do(req)
-		if err != nil {
-			return fmt.Errorf("deliver issues.labeled for %s#%d: %w", b.repo, b.number, err)
-		}
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		_ = resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			return fmt.Errorf("deliver issues.labeled for %s#%d: HTTP %d: %s", b.repo, b.number, resp.StatusCode, bytes.TrimSpace(msg))
-		}
+		wg.Go(func() {
+			resp, err := hc.Do(req)
+			if err != nil {
+				failed(fmt.Errorf("deliver issues.labeled for %s#%d: %w", b.repo, b.number, err))
+				return
+			}
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			_ = resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				failed(fmt.Errorf("deliver issues.labeled for %s#%d: HTTP %d: %s", b.repo, b.number, resp.StatusCode, bytes.TrimSpace(msg)))
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return failed(nil)
 }
 
 // work runs a sim worker loop per worker until ctx ends: claim any task (long-poll),
