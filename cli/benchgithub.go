@@ -33,7 +33,8 @@ func (a *app) benchIntake() *cobra.Command {
 this process (the real go-github and ghinstallation clients talk to it over loopback), and
 K sim workers waiting in long-poll for any task. It then POSTs N signed issues.labeled
 deliveries (the label whilly-pending, by a user with write permission) to /webhook, R a
-second, and follows each through the whole path: the webhook stores the delivery and
+second, each at its time whatever the ones before it take (as GitHub sends them), and
+follows each through the whole path: the webhook stores the delivery and
 enqueues a River job, intake reacts with 👀, plans the issue from its task list and
 persists the plan, a waiting worker claims its first task.
 
@@ -113,7 +114,7 @@ func (a *app) benchScale() *cobra.Command {
 this process that enforces GitHub's limits per installation: 5,000 requests an hour and
 the secondary limit of 80 content writes a minute (beyond them it answers 403, as GitHub
 does). N installations, one repository each, get M labelled issues each, delivered to
-/webhook R a second alternating installations; every issue's task list makes a plan of
+/webhook R a second alternating installations, each at its time; every issue's task list makes a plan of
 --tasks tasks. K sim workers claim any task, start it, hold it for about --task-time and
 complete it, until every plan is done and every issue carries whilly-done. Like
 whilly-worker, each completion asks for the worker's next task, claimed and started in
