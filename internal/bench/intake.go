@@ -189,34 +189,38 @@ func (l *load) deliver(ctx context.Context, rate float64) error {
 		mu    sync.Mutex
 		first error
 	)
-	failed := func(err error) error {
+	fail := func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if first == nil {
 			first = err
 		}
+	}
+	failed := func() error {
+		mu.Lock()
+		defer mu.Unlock()
 		return first
 	}
 	for i, b := range l.issues {
 		if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
 			select {
 			case <-ctx.Done():
-				failed(ctx.Err())
+				fail(ctx.Err())
 			case <-time.After(wait):
 			}
 		}
-		if failed(nil) != nil {
+		if failed() != nil {
 			break
 		}
 		body, err := l.payload(b)
 		if err != nil {
-			failed(err)
+			fail(err)
 			break
 		}
 		req, err := fakegithub.WebhookRequest(ctx, l.e.base+"/webhook", l.e.secret, "issues",
 			fmt.Sprintf("bench-%s-%d", l.e.suffix, i+1), body)
 		if err != nil {
-			failed(err)
+			fail(err)
 			break
 		}
 		l.mu.Lock()
@@ -225,18 +229,18 @@ func (l *load) deliver(ctx context.Context, rate float64) error {
 		wg.Go(func() {
 			resp, err := hc.Do(req)
 			if err != nil {
-				failed(fmt.Errorf("deliver issues.labeled for %s#%d: %w", b.repo, b.number, err))
+				fail(fmt.Errorf("deliver issues.labeled for %s#%d: %w", b.repo, b.number, err))
 				return
 			}
 			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			_ = resp.Body.Close()
 			if resp.StatusCode/100 != 2 {
-				failed(fmt.Errorf("deliver issues.labeled for %s#%d: HTTP %d: %s", b.repo, b.number, resp.StatusCode, bytes.TrimSpace(msg)))
+				fail(fmt.Errorf("deliver issues.labeled for %s#%d: HTTP %d: %s", b.repo, b.number, resp.StatusCode, bytes.TrimSpace(msg)))
 			}
 		})
 	}
 	wg.Wait()
-	return failed(nil)
+	return failed()
 }
 
 // work runs a sim worker loop per worker until ctx ends: claim any task (long-poll),
