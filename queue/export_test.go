@@ -23,3 +23,6 @@ func (s *Store) CompletionBatch(planID string) (running bool, waiting int) {
 	q, running := s.completions.waiting[planID]
 	return running, len(q)
 }
+
+// InsertTasksSQL is the statement of an import's batch of tasks.
+var InsertTasksSQL = insertTasksSQL

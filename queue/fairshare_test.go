@@ -2,8 +2,12 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
@@ -167,4 +171,56 @@ func TestFairShareServesNewPlansFirstBehindManyWaitingTasks(t *testing.T) {
 		t.Fatalf("first claim went to %v, want the setup task of waiting", got)
 	}
 	newPlansServedFirst(t, st, w, "with 300 tasks waiting ahead")
+}
+
+// An import walks the claim order once for its batch, not once for each of its tasks:
+// inlined, share_base was joined after the batch's rows and each of an issue's 20 tasks
+// walked again.
+func TestAnImportWalksTheClaimOrderOnceForItsBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	for i := range 30 {
+		importTasks(t, st, chainPlan(fmt.Sprintf("busy%02d", i), "T", 20))
+	}
+	importTasks(t, st, chainPlan("new", "N", 1))
+	var batch []map[string]any
+	for i := range 20 {
+		batch = append(batch, map[string]any{
+			"id": fmt.Sprintf("M%02d", i), "ord": 1 + i, "status": "PENDING", "priority": "medium", "description": "more",
+			"dependencies": []string{}, "key_files": []string{}, "acceptance_criteria": []string{}, "test_steps": []string{},
+			"prd_requirement": "", "labels": []string{}, "max_attempts": 3, "gate_verdict": "ALLOW", "gate_reasons": []any{},
+			"rank": plan.PriorityMedium.Rank(), "step": 1 + i,
+		})
+	}
+	doc, err := json.Marshal(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+queue.InsertTasksSQL, "new", doc, "", []string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	walks := 0
+	for _, l := range lines {
+		if !strings.Contains(l, "tasks_claim_fair") {
+			continue
+		}
+		walks++
+		if !strings.Contains(l, "loops=1)") {
+			t.Errorf("an import's walk of the claim order ran more than once: %q\n%s", strings.TrimSpace(l), strings.Join(lines, "\n"))
+		}
+	}
+	if walks == 0 {
+		t.Fatalf("the import does not walk tasks_claim_fair:\n%s", strings.Join(lines, "\n"))
+	}
 }
