@@ -188,7 +188,7 @@ func (s *logStream) upload(ctx context.Context) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		if !retryable(err) {
+		if !client.IsRetryable(err) {
 			s.stopped, s.pending = true, nil
 			s.log.WarnContext(ctx, "the control plane refused the attempt's log; no more of it is sent", "error", err)
 		} else if off == s.off {

@@ -179,7 +179,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 			asked := time.Now()
 			var err error
 			claim, err = w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds(), IdempotencyKey: key})
-			if err == nil || !retryable(err) {
+			if err == nil || !client.IsRetryable(err) {
 				key = client.NewKey()
 			}
 			if err != nil {
@@ -304,13 +304,6 @@ func (w *Worker) releasePredecessor(ctx context.Context) error {
 			return ErrStopped
 		}
 	}
-}
-
-// retryable reports errors after which the same request may succeed: the control plane
-// could not be reached or answered, or answered 5xx, 408 or 429.
-func retryable(err error) bool {
-	s := client.StatusOf(err)
-	return s == 0 || s >= 500 || s == 408 || s == 429
 }
 
 // fatal reports errors that waiting will not cure: the token is refused, or the request
@@ -809,7 +802,7 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, lc *leaseClock, w
 	b := newBackoff()
 	for {
 		err := send(ctx)
-		if err == nil || !retryable(err) || ctx.Err() != nil {
+		if err == nil || !client.IsRetryable(err) || ctx.Err() != nil {
 			return err
 		}
 		if lc != nil && lc.expired(time.Now()) {

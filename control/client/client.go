@@ -165,6 +165,14 @@ func IsLeaseLost(err error) bool {
 // IsServerError reports a 5xx, worth retrying later.
 func IsServerError(err error) bool { return StatusOf(err) >= 500 }
 
+// IsRetryable reports errors after which the same request may succeed: the control plane
+// could not be reached or did not answer (a connection it closed, a timeout), or answered
+// 5xx, 408 or 429.
+func IsRetryable(err error) bool {
+	s := StatusOf(err)
+	return s == 0 || s >= 500 || s == http.StatusRequestTimeout || s == http.StatusTooManyRequests
+}
+
 // pathOf joins escaped path segments: ids may contain "/" and ":", and each becomes one
 // segment ("a/b" is sent as "a%2Fb").
 func pathOf(segments ...string) string {

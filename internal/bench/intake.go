@@ -249,7 +249,8 @@ func (l *load) deliver(ctx context.Context, rate float64) error {
 // transaction (claim_next), and the worker long-polls only when it got none. The first
 // claim of each issue's plan is timed. Each worker heartbeats every 10 s, as
 // whilly-worker does, and like it lives with a heartbeat that fails (logged) unless its
-// token is refused. The channel gets the first error, or nil.
+// token is refused, and sends a start or a completion that got no answer again
+// (resend). The channel gets the first error, or nil.
 func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) chan error {
 	var (
 		wg    sync.WaitGroup
@@ -321,7 +322,10 @@ func (l *load) run(ctx context.Context, w worker, c *client.Claim, taskTime time
 	transitions := 2 // the claim and the completion
 	if taskTime > 0 {
 		if c.Task.Status != plan.StatusInProgress { // not started with the last completion
-			if _, err := w.api.Start(ctx, c.Plan.ID, c.Task.ID, client.LeaseRequest{LeaseID: c.Lease.ID}); err != nil {
+			if err := l.resend(ctx, "start", func() error {
+				_, err := w.api.Start(ctx, c.Plan.ID, c.Task.ID, client.LeaseRequest{LeaseID: c.Lease.ID})
+				return err
+			}); err != nil {
 				return nil, err
 			}
 		}
@@ -333,9 +337,13 @@ func (l *load) run(ctx context.Context, w worker, c *client.Claim, taskTime time
 		case <-time.After(hold):
 		}
 	}
-	done, err := w.api.Complete(ctx, c.Plan.ID, c.Task.ID, client.CompleteRequest{LeaseID: c.Lease.ID, NoChanges: true,
-		Result: "sim: nothing to change", ClaimNext: &client.NextClaim{IdempotencyKey: client.NewKey(), Start: taskTime > 0}})
-	if err != nil {
+	var done client.CompleteResponse
+	req := client.CompleteRequest{LeaseID: c.Lease.ID, NoChanges: true, Result: "sim: nothing to change",
+		ClaimNext: &client.NextClaim{IdempotencyKey: client.NewKey(), Start: taskTime > 0}}
+	if err := l.resend(ctx, "complete", func() (err error) {
+		done, err = w.api.Complete(ctx, c.Plan.ID, c.Task.ID, req)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	l.mu.Lock()
@@ -350,6 +358,28 @@ func (l *load) claimed(ref, planID string, at time.Time) {
 	defer l.mu.Unlock()
 	if b := l.byRef[ref]; b != nil && b.claimed.IsZero() {
 		b.claimed, b.planID = at, planID
+	}
+}
+
+// resendTries is how many times a sim worker sends a report whose answer it did not get.
+const resendTries = 5
+
+// resend sends a report (start, complete) again while the control plane does not answer
+// it, or answers 5xx, 408 or 429, as whilly-worker does: every report is idempotent on
+// the lease (and the completion's next claim on its key, kept across the tries). Each
+// retry is logged; after resendTries the error stands.
+func (l *load) resend(ctx context.Context, what string, send func() error) error {
+	for try := 1; ; try++ {
+		err := send()
+		if err == nil || !client.IsRetryable(err) || try == resendTries || ctx.Err() != nil {
+			return err
+		}
+		l.e.log.WarnContext(ctx, "bench: a sim worker's report got no answer; it sends it again", "report", what, "try", try, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(try) * 200 * time.Millisecond):
+		}
 	}
 }
 
