@@ -187,3 +187,37 @@ func TestChangingAWaitingTasksDependenciesLetsItRun(t *testing.T) {
 		t.Fatalf("claimed %s, want B", c.Task.ID)
 	}
 }
+
+// A reset sends a finished chain's tasks back to PENDING unmarked (the mark errs only
+// towards "not waiting"): the claim's own dependency check must still run them in order.
+func TestAResetChainStillRunsInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	importTasks(t, st, chainPlan("again", "C", 3))
+	w := register(t, st)
+	for range 3 {
+		c := mustClaim(t, st, w, "")
+		if _, err := st.Complete(ctx, leaseOf(c, w.ID), queue.CompleteInput{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := st.ResetPlan(ctx, "again", queue.ResetOptions{}); err != nil || res.Reset != 3 {
+		t.Fatalf("reset = %+v, %v; want the three DONE tasks reset", res, err)
+	}
+	if got := waiting(t, pool, "again"); len(got) != 0 {
+		t.Fatalf("waiting after the reset = %v, want none", got)
+	}
+	for _, want := range []string{"C00", "C01", "C02"} {
+		c := mustClaim(t, st, w, "")
+		if c.Task.ID != want {
+			t.Fatalf("claimed %s, want %s", c.Task.ID, want)
+		}
+		if other, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: register(t, st).ID}); err != nil || other != nil {
+			t.Fatalf("a second claim while %s runs = %v, %v; want nothing", want, other, err)
+		}
+		if _, err := st.Complete(ctx, leaseOf(c, w.ID), queue.CompleteInput{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -249,8 +249,8 @@ func (l *load) deliver(ctx context.Context, rate float64) error {
 // transaction (claim_next), and the worker long-polls only when it got none. The first
 // claim of each issue's plan is timed. Each worker heartbeats every 10 s, as
 // whilly-worker does, and like it lives with a heartbeat that fails (logged) unless its
-// token is refused, and sends a start or a completion that got no answer again
-// (resend). The channel gets the first error, or nil.
+// token is refused, and sends a claim, a start or a completion that got no answer
+// again (resend). The channel gets the first error, or nil.
 func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) chan error {
 	var (
 		wg    sync.WaitGroup
@@ -286,8 +286,12 @@ func (l *load) work(ctx context.Context, ws []worker, taskTime time.Duration) ch
 			for ctx.Err() == nil {
 				c := next
 				if c == nil {
-					var err error
-					if c, err = w.api.Claim(ctx, client.ClaimRequest{WaitSeconds: 5, IdempotencyKey: client.NewKey()}); err != nil || c == nil {
+					req := client.ClaimRequest{WaitSeconds: 5, IdempotencyKey: client.NewKey()}
+					err := l.resend(ctx, "claim", func() (err error) {
+						c, err = w.api.Claim(ctx, req)
+						return err
+					})
+					if err != nil || c == nil {
 						if err != nil && ctx.Err() == nil {
 							fail(fmt.Errorf("sim worker %d: %w", i+1, err))
 							return
@@ -361,20 +365,20 @@ func (l *load) claimed(ref, planID string, at time.Time) {
 	}
 }
 
-// resendTries is how many times a sim worker sends a report whose answer it did not get.
+// resendTries is how many times a sim worker sends a request whose answer it did not get.
 const resendTries = 5
 
-// resend sends a report (start, complete) again while the control plane does not answer
-// it, or answers 5xx, 408 or 429, as whilly-worker does: every report is idempotent on
-// the lease (and the completion's next claim on its key, kept across the tries). Each
-// retry is logged; after resendTries the error stands.
+// resend sends a request (claim, start, complete) again while the control plane does not
+// answer it, or answers 5xx, 408 or 429, as whilly-worker does: a report is idempotent on
+// the lease, a claim and the completion's next claim on their key, kept across the
+// tries. Each retry is logged; after resendTries the error stands.
 func (l *load) resend(ctx context.Context, what string, send func() error) error {
 	for try := 1; ; try++ {
 		err := send()
 		if err == nil || !client.IsRetryable(err) || try == resendTries || ctx.Err() != nil {
 			return err
 		}
-		l.e.log.WarnContext(ctx, "bench: a sim worker's report got no answer; it sends it again", "report", what, "try", try, "error", err)
+		l.e.log.WarnContext(ctx, "bench: a sim worker's request got no answer; it sends it again", "request", what, "try", try, "error", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
