@@ -10,13 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/whilly-go/whilly/agent"
 	ghapp "github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
 	"github.com/whilly-go/whilly/internal/config"
-	"github.com/whilly-go/whilly/internal/logging"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/webhook"
@@ -172,13 +170,12 @@ func githubConfig(env githubEnv, hasApp bool) intake.GitHubConfig {
 	return c
 }
 
-// jobInserter is an insert-only River client: the store's hooks, the webhook and intake
-// insert jobs through it, whether or not this process works them. It is made first,
+// jobInserter is the insert-only River client (queue.NewInserter). It is made first,
 // before the store whose hooks use it.
 func (a *app) jobInserter(st *queue.Store) (*river.Client[pgx.Tx], error) {
-	jobs, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{Logger: logging.Demote(a.log)})
+	jobs, err := queue.NewInserter(st)
 	if err != nil {
-		return nil, envf("create the job inserter: %w", err)
+		return nil, envf("%w", err)
 	}
 	return jobs, nil
 }

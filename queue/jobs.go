@@ -114,7 +114,7 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 	maps.Copy(queues, cfg.Queues)
 	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{
 		Logger:        logging.Demote(log), // River's INFO lines are routine: DEBUG
-		FetchCooldown: fetchCooldown,
+		FetchCooldown: FetchCooldown,
 		Queues:        queues,
 		Workers:       workers,
 		PeriodicJobs:  periodic,
@@ -125,14 +125,31 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 	return client, nil
 }
 
-// fetchCooldown is the least time between two fetches of a queue's jobs. River's
-// default, 100 ms, put up to 100 ms between a webhook delivery's commit and the start of
-// its job — the intake, which reacts 👀 and imports the plan. In bench scale (200
-// installations × 5 issues), label→👀 p50 was 203–239 ms over three runs with 100 ms and
-// 158–178 ms over three with 20 ms (210 ms in a fourth, with statement statistics on). A
-// fetch is one query, and only runs while jobs arrive (insert notifications); idle,
-// River polls as before (FetchPollInterval).
-const fetchCooldown = 20 * time.Millisecond
+// NewInserter returns an insert-only River client over the store's pool: the webhook, the
+// intake and the store's hooks insert jobs through it, whether or not this process works
+// them. It notifies a queue of its inserts as often as the working client fetches
+// (FetchCooldown). It logs to the store's logger.
+func NewInserter(store *Store) (*river.Client[pgx.Tx], error) {
+	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{Logger: logging.Demote(store.log), FetchCooldown: FetchCooldown})
+	if err != nil {
+		return nil, fmt.Errorf("create the job inserter: %w", err)
+	}
+	return client, nil
+}
+
+// FetchCooldown is the least time between two fetches of a queue's jobs, and between
+// two insert notifications of a queue by one client: River's client notifies the
+// queue's workers of an insert only when it has not done so within its own
+// FetchCooldown. River's default, 100 ms, put up to 100 ms between a webhook delivery's
+// commit and the start of its job — the intake, which reacts 👀 and imports the plan. In
+// bench scale (200 installations × 5 issues), label→👀 p50 was 203–239 ms over three
+// runs with 100 ms and 158–178 ms over three with 20 ms (210 ms in a fourth, with
+// statement statistics on). The insert-only client that the webhook, the intake and the
+// hooks insert through must use it too (it had River's default: a delivery's job then
+// waited 0–100 ms, p50 41 ms, for a fetch on a lightly loaded control plane). A fetch is
+// one query, and only runs while jobs arrive (insert notifications); idle, River polls as
+// before (FetchPollInterval).
+const FetchCooldown = 20 * time.Millisecond
 
 // uniqueFor keeps at most one pending periodic job per period, however many leaders
 // came and went.
