@@ -112,3 +112,45 @@ func TestABusyPlanEnqueuesOneMirrorJob(t *testing.T) {
 		t.Fatalf("change long after the last job = %+v; want its mirror job due", got)
 	}
 }
+
+// A change of a GitHub plan bumps its mirror row's version (markChangedSQL) in the
+// change's transaction: every task transition does. It must be a HOT update, with no
+// new index entry (migration 0025): an index over version made each bump write two index
+// entries, and in bench scale those few index pages became the most contended buffers.
+func TestMarkingAPlanChangedIsAHOTUpdate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testkit.DB(t)
+	st := queue.NewStore(pool, nil, queue.Config{Hooks: queue.Hooks{PlanChanged: func(context.Context, pgx.Tx, queue.ChangedPlan) error { return nil }}})
+	if _, err := st.Import(ctx, widePlan("gh", 2), queue.ImportOptions{GitHubIssueRef: "acme/app#1", InstallationID: 7}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	const bumps = 20
+	for range bumps {
+		rows, err := tx.Query(ctx, queue.MarkChangedSQL, []string{"gh"}, "", []string{}, []string{})
+		if err == nil {
+			for rows.Next() {
+			}
+			rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var version, updated, hot int64
+	err = tx.QueryRow(ctx, `SELECT (SELECT version FROM github_mirror WHERE plan_id = 'gh'),
+		pg_stat_get_xact_tuples_updated('github_mirror'::regclass), pg_stat_get_xact_tuples_hot_updated('github_mirror'::regclass)`).
+		Scan(&version, &updated, &hot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if updated != bumps || hot != bumps {
+		t.Fatalf("%d bumps of the mirror (version now %d): %d updates, %d of them HOT; want every one HOT", bumps, version, updated, hot)
+	}
+}
