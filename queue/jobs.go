@@ -137,18 +137,17 @@ func NewInserter(store *Store) (*river.Client[pgx.Tx], error) {
 	return client, nil
 }
 
-// FetchCooldown is the least time between two fetches of a queue's jobs, and between
-// two insert notifications of a queue by one client: River's client notifies the
-// queue's workers of an insert only when it has not done so within its own
-// FetchCooldown. River's default, 100 ms, put up to 100 ms between a webhook delivery's
-// commit and the start of its job — the intake, which reacts 👀 and imports the plan. In
-// bench scale (200 installations × 5 issues), label→👀 p50 was 203–239 ms over three
-// runs with 100 ms and 158–178 ms over three with 20 ms (210 ms in a fourth, with
-// statement statistics on). The insert-only client that the webhook, the intake and the
-// hooks insert through must use it too (it had River's default: a delivery's job then
-// waited 0–100 ms, p50 41 ms, for a fetch on a lightly loaded control plane). A fetch is
-// one query, and only runs while jobs arrive (insert notifications); idle, River polls as
-// before (FetchPollInterval).
+// FetchCooldown is the least time between two fetches of a queue's jobs (NewRiver), and
+// between two notifications of a queue's inserts by one client (NewInserter): River's
+// client notifies a queue only when it has not done so within its own FetchCooldown.
+// River's default, 100 ms, put up to 100 ms between a webhook delivery's commit and the
+// start of its job — the intake, which reacts 👀 and imports the plan. In bench scale
+// (200 installations × 5 issues), label→👀 p50 was 203–239 ms over three runs with
+// 100 ms and 158–178 ms over three with 20 ms for the fetches; the inserter kept River's
+// default until later, and a delivery's job then waited p50 41 ms for a fetch on a
+// lightly loaded control plane (10–13 ms with 20 ms). A fetch is one query, and only
+// runs while jobs arrive (insert notifications); idle, River polls as before
+// (FetchPollInterval).
 const FetchCooldown = 20 * time.Millisecond
 
 // uniqueFor keeps at most one pending periodic job per period, however many leaders
