@@ -58,6 +58,7 @@ type Follower struct {
 	sent   *idWindow // which recent ids were handed out
 	due    bool      // read before waiting: the last page was full, or a wake-up came
 	held   bool      // the last read stopped before an id still in flight
+	readAt time.Time // when the last read began: polls are counted from it
 	late   []idRange // ranges at or below the cursor to read again
 }
 
@@ -121,8 +122,8 @@ func (f *Follower) Next(ctx context.Context, idle time.Duration) ([]Event, error
 // fires (not due), or ctx ends or Stop closes (an error).
 func (f *Follower) wait(ctx context.Context, deadline <-chan time.Time) error {
 	var poll <-chan time.Time
-	if every := f.pollEvery(); every > 0 {
-		t := time.NewTimer(every)
+	if in, ok := f.pollIn(); ok {
+		t := time.NewTimer(in)
 		defer t.Stop()
 		poll = t.C
 	}
@@ -149,16 +150,18 @@ func (f *Follower) wait(ctx context.Context, deadline <-chan time.Time) error {
 	return nil
 }
 
-// pollEvery is how long the follower may wait for a notification before reading anyway
-// (0: as long as it takes).
-func (f *Follower) pollEvery() time.Duration {
+// pollIn is how long the follower may still wait for a notification before reading
+// anyway; ok is false when it may wait as long as it takes. It is counted from the last
+// read, not from this wait: a caller whose idle deadline comes sooner (a stream's
+// keep-alive) calls Next again and again, and each call must not put the read off anew.
+func (f *Follower) pollIn() (in time.Duration, ok bool) {
 	switch {
 	case f.held:
-		return followHeldRecheck
+		return time.Until(f.readAt.Add(followHeldRecheck)), true
 	case !f.ln.Ready():
-		return followDegradedPoll
+		return time.Until(f.readAt.Add(followDegradedPoll)), true
 	}
-	return 0
+	return 0, false
 }
 
 // noteLate records the part of n's id range that lies at or below the cursor — ids a read
@@ -183,6 +186,7 @@ func (f *Follower) noteLate(n Notification) {
 // read returns the late events not handed out yet, then a page after the cursor, and marks
 // them handed out. On an error nothing is marked: the next read tries again.
 func (f *Follower) read(ctx context.Context) (out []Event, err error) {
+	f.readAt = time.Now()
 	late := slices.Clone(f.late)
 	defer func() {
 		if err != nil {

@@ -289,6 +289,53 @@ func TestFollowerHandsOutAnEventCommittedBelowItsCursor(t *testing.T) {
 	}
 }
 
+// A follower held back behind a transaction in flight reads again followHeldRecheck
+// after its last read, however often its caller's idle deadline comes first. An event
+// stream with a keep-alive shorter than that (Next with idle 20 ms, again and again)
+// started a new wait on every call and never read again after the transaction rolled
+// back, which notifies nobody: the event committed after it waited for some other
+// notification.
+func TestFollowerHeldBehindARollbackReadsAgainBetweenKeepAlives(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	ln := runListener(t, pool)
+	f := st.Follow(ln, queue.FollowOptions{PlanID: "h"})
+	defer f.Close()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `INSERT INTO events (plan_id, type) VALUES ('h', 'log.gone')`); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	if err := pool.QueryRow(ctx, `INSERT INTO events (plan_id, type) VALUES ('h', 'log.last') RETURNING id`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	// The first Next reads, finds last held back behind gone, and returns at its deadline.
+	if evs, err := f.Next(ctx, 20*time.Millisecond); len(evs) != 0 || err != nil {
+		t.Fatalf("Next while gone is in flight = %d events, %v; want none and no error", len(evs), err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+		evs, err := f.Next(ctx, 20*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) > 0 {
+			if len(evs) != 1 || evs[0].ID != last {
+				t.Fatalf("after the rollback: %+v, want event %d alone", evs, last)
+			}
+			return
+		}
+	}
+	t.Fatalf("event %d not handed out 10 s after the rollback, by a caller with a 20 ms keep-alive", last)
+}
+
 // Next returns no events after idle (so the caller can send a keep-alive), and
 // ErrFollowStopped once Stop closes, even with events waiting.
 func TestFollowerIdleAndStop(t *testing.T) {
