@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/internal/testkit"
@@ -225,21 +226,29 @@ func writeRound(ctx context.Context, pool *pgxpool.Pool, planID string, w, r int
 	return append(committed, held...), gone, nil
 }
 
+// followWithATxOpen returns a running follower of planID's events, the pool of its
+// store, and a transaction the test ends (it is rolled back at the end if not).
+func followWithATxOpen(t *testing.T, planID string) (*queue.Follower, *pgxpool.Pool, pgx.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	f := st.Follow(runListener(t, pool), queue.FollowOptions{PlanID: planID})
+	t.Cleanup(f.Close)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	return f, pool, tx
+}
+
 // A writer that draws its id without announcing a floor (a raw nextval) can still commit
 // below the follower's cursor; its notification names the range, and the follower hands
 // the late events out then, once.
 func TestFollowerHandsOutAnEventCommittedBelowItsCursor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, pool := newStore(t)
-	ln := runListener(t, pool)
-	f := st.Follow(ln, queue.FollowOptions{PlanID: "g"})
-	defer f.Close()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	f, pool, tx := followWithATxOpen(t, "g")
 	var reserved, between int64
 	if err := tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('events', 'id'))`).Scan(&reserved); err != nil {
 		t.Fatal(err)
@@ -298,15 +307,7 @@ func TestFollowerHandsOutAnEventCommittedBelowItsCursor(t *testing.T) {
 func TestFollowerHeldBehindARollbackReadsAgainBetweenKeepAlives(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, pool := newStore(t)
-	ln := runListener(t, pool)
-	f := st.Follow(ln, queue.FollowOptions{PlanID: "h"})
-	defer f.Close()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	f, pool, tx := followWithATxOpen(t, "h")
 	if _, err := tx.Exec(ctx, `INSERT INTO events (plan_id, type) VALUES ('h', 'log.gone')`); err != nil {
 		t.Fatal(err)
 	}
