@@ -378,21 +378,21 @@ const shareWalk = "256"
 // tasks of plans that came since, so that a new plan's first task is claimed before the
 // running plans' next ones (and after the new plans before it), whatever they queued.
 // share_base is, for each priority in the batch, that odd round: the head of the claim
-// order — the first task a claim of that priority would take now (plan ACTIVE, retry
-// time passed, dependencies finished; labels and scopes aside), found by walking
+// order — the first task a claim of that priority would take now (plan ACTIVE, retry time
+// passed, dependencies finished; labels and scopes aside), found by walking
 // tasks_claim_fair like a claim — or the odd round before it; -1 when nothing is
 // claimable. The walk goes no further than the round of the shareWalk-th pending task
 // (bound): when none before it is claimable, that round stands for the head, which can
-// only lie further on: tasks held back by a retry, a paused plan, an unfinished
-// dependency the waiting flag missed; unbounded, a walk past a chain's waiting tasks (when
-// they were in the claim order) cost every import 14–25 ms in bench scale. Each
-// lateral is evaluated once (OFFSET 0): inlined, the CASE below ran the walk once for
-// each mention of its round. share_base is MATERIALIZED: inlined, the planner joined
-// the batch's rows first and walked once for each task (20 walks for an issue's list:
-// the statement took 3.2 ms, 2.5 ms with one walk, in a lightly loaded bench scale). The plan's further tasks of that priority take the even
-// rounds after it, one each, or every m-th when its installation has m live plans
-// (share_stride; plans without an installation are one group), so that an installation's
-// many plans together get about what one plan of another installation gets.
+// only lie further on: tasks held back by a retry, a paused plan, an unfinished dependency
+// the waiting flag missed; unbounded, a walk past a chain's waiting tasks (when they were
+// in the claim order) cost every import 14–25 ms in bench scale. Each lateral is evaluated
+// once (OFFSET 0): inlined, the CASE below ran the walk once for each mention of its
+// round. share_base is MATERIALIZED: inlined, the planner joined the batch's rows first
+// and walked once for each task (20 walks for an issue's list: the statement took 3.2 ms,
+// 2.5 ms with one walk, in a lightly loaded bench scale). The plan's further tasks of that
+// priority take the even rounds after it, one each, or every m-th when its installation
+// has m live plans (share_stride; plans without an installation are one group), so that an
+// installation's many plans together get about what one plan of another installation gets.
 const fairShareSQL = `share_base AS MATERIALIZED (
 		SELECT k.rank, CASE WHEN h.round IS NULL THEN -1 WHEN h.round % 2 <> 0 THEN h.round ELSE h.round - 1 END AS first
 		FROM (SELECT DISTINCT (e->>'rank')::smallint AS rank FROM jsonb_array_elements($2::jsonb) AS e) k
