@@ -337,6 +337,39 @@ func TestFollowerHeldBehindARollbackReadsAgainBetweenKeepAlives(t *testing.T) {
 	t.Fatalf("event %d not handed out 10 s after the rollback, by a caller with a 20 ms keep-alive", last)
 }
 
+// While the LISTEN connection is down (a restarted Postgres, a listener not up yet) no
+// notification wakes a follower: it reads every followDegradedPoll, counted from its last
+// read, so that a caller with a shorter keep-alive still gets the events written
+// meanwhile. Before, each call of Next began the second anew and never read.
+func TestFollowerWithoutListenReadsAgainBetweenKeepAlives(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool := newStore(t)
+	down := queue.NewListener(pool, nil) // never run: not Ready, no notification
+	f := st.Follow(down, queue.FollowOptions{PlanID: "d"})
+	defer f.Close()
+	if evs, err := f.Next(ctx, 20*time.Millisecond); len(evs) != 0 || err != nil {
+		t.Fatalf("Next with nothing written = %d events, %v; want none and no error", len(evs), err)
+	}
+	var id int64
+	if err := pool.QueryRow(ctx, `INSERT INTO events (plan_id, type) VALUES ('d', 'log.meanwhile') RETURNING id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+		evs, err := f.Next(ctx, 20*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) > 0 {
+			if len(evs) != 1 || evs[0].ID != id {
+				t.Fatalf("events = %+v, want event %d alone", evs, id)
+			}
+			return
+		}
+	}
+	t.Fatalf("event %d not handed out in 10 s with LISTEN down, by a caller with a 20 ms keep-alive", id)
+}
+
 // Next returns no events after idle (so the caller can send a keep-alive), and
 // ErrFollowStopped once Stop closes, even with events waiting.
 func TestFollowerIdleAndStop(t *testing.T) {
