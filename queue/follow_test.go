@@ -322,19 +322,7 @@ func TestFollowerHeldBehindARollbackReadsAgainBetweenKeepAlives(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
-		evs, err := f.Next(ctx, 20*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs) > 0 {
-			if len(evs) != 1 || evs[0].ID != last {
-				t.Fatalf("after the rollback: %+v, want event %d alone", evs, last)
-			}
-			return
-		}
-	}
-	t.Fatalf("event %d not handed out 10 s after the rollback, by a caller with a 20 ms keep-alive", last)
+	nextWithKeepAlive(t, f, last, "after the rollback")
 }
 
 // While the LISTEN connection is down (a restarted Postgres, a listener not up yet) no
@@ -355,19 +343,26 @@ func TestFollowerWithoutListenReadsAgainBetweenKeepAlives(t *testing.T) {
 	if err := pool.QueryRow(ctx, `INSERT INTO events (plan_id, type) VALUES ('d', 'log.meanwhile') RETURNING id`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
+	nextWithKeepAlive(t, f, id, "with LISTEN down")
+}
+
+// nextWithKeepAlive calls f.Next with a 20 ms idle, as a stream with a short keep-alive
+// does, until it hands out events, at most 10 s; they must be event want alone.
+func nextWithKeepAlive(t *testing.T, f *queue.Follower, want int64, when string) {
+	t.Helper()
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
-		evs, err := f.Next(ctx, 20*time.Millisecond)
+		evs, err := f.Next(context.Background(), 20*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(evs) > 0 {
-			if len(evs) != 1 || evs[0].ID != id {
-				t.Fatalf("events = %+v, want event %d alone", evs, id)
+			if len(evs) != 1 || evs[0].ID != want {
+				t.Fatalf("%s: %+v, want event %d alone", when, evs, want)
 			}
 			return
 		}
 	}
-	t.Fatalf("event %d not handed out in 10 s with LISTEN down, by a caller with a 20 ms keep-alive", id)
+	t.Fatalf("%s: event %d not handed out in 10 s, by a caller with a 20 ms keep-alive", when, want)
 }
 
 // Next returns no events after idle (so the caller can send a keep-alive), and
