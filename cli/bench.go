@@ -36,6 +36,9 @@ line, always the last.`,
 	return cmd
 }
 
+// poolFlagHelp is the help of the benchmarks' --pool flag (defaultPoolSize).
+const poolFlagHelp = "database connections of the control plane (default: whilly serve's: 16, or 4 per core with the embedded cluster on fewer than 4 cores)"
+
 // benchSetup is what internal/bench needs from this composition root: the database, the
 // queue settings and the control plane `whilly serve` runs. poolSize 0 keeps serve's size.
 func (a *app) benchSetup(ctx context.Context, poolSize int) (bench.Setup, error) {
@@ -144,9 +147,11 @@ func (a *app) benchClaims() *cobra.Command {
             connection are not the workers' cost: their queries are shown apart.
 
 Like pgbench, it first vacuums and analyzes the tasks table, so that what earlier runs
-left behind does not weigh on this one. The pool has the size 'whilly serve' uses (16)
-unless --pool is given; the raw loop shares it. Claims and completions of one plan are
-answered in batches (one statement for all the workers waiting), so the http figure grows
+left behind does not weigh on this one. The control plane's pool has the size 'whilly
+serve' uses (16, or 4 per core with the embedded cluster on fewer than 4 cores) unless
+--pool is given; the baselines run on a pool of their own, one connection per worker.
+Claims and completions of one plan are answered in batches (one statement for all the
+workers waiting), so the http figure grows
 with the number of workers while the raw loop's hardly moves: compare runs of one
 --workers. On Linux the CPU time per task of this process and of its Postgres backends is
 shown for the raw and http phases; --queries breaks the http phase's database time down by
@@ -172,7 +177,7 @@ machine moves every figure: compare figures of one run.`,
 	f.IntVar(&o.Tasks, "tasks", 4000, "zero-work tasks for the throughput phases")
 	f.IntVar(&o.Chain, "chain", 300, "length of the dependency chain of the latency phase")
 	f.DurationVar(&o.Idle, "idle", 3*time.Second, "how long the idle phase counts queries")
-	f.IntVar(&o.pool, "pool", 0, "database connections of the control plane and the raw loop (default: whilly serve's, 16)")
+	f.IntVar(&o.pool, "pool", 0, poolFlagHelp)
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the http phase to this file")
 	f.BoolVar(&o.Queries, "queries", false, "also print the http phase's time in the database per SQL statement")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
@@ -228,7 +233,7 @@ func (a *app) runBenchClaims(ctx context.Context, o benchClaimsFlags) error {
 	if res.Hooks {
 		a.printf("fake GitHub: %d requests, %d writes, %d it does not serve\n", res.GitHubRequests, res.GitHubWrites, res.GitHubProblems)
 	}
-	a.printf("%d workers, pool of %d connections\n", o.Workers, res.PoolConns)
+	a.printf("%d workers; the control plane's pool: %d connections, the baselines': %d\n", o.Workers, res.PoolConns, o.Workers)
 	a.printf("claims_per_s=%.0f raw_per_s=%.0f ratio=%.2f ready_to_claim_p50_ms=%.2f p99_ms=%.2f idle_queries_per_worker_s=%.2f river_per_s=%.0f river_tuned_per_s=%.0f ratio_raw=%.2f ratio_river=%.2f ratio_river_tuned=%.2f hooks=%t\n",
 		res.ClaimsPerS, res.RawPerS, res.Ratio, res.ReadyP50Ms, res.ReadyP99Ms, res.IdlePerWorkerS, res.RiverPerS, res.RiverTunedPerS, res.RatioRaw, res.RatioRiver, res.RatioRiverTuned, res.Hooks)
 	return nil
@@ -314,7 +319,7 @@ an attempt (target: at most 150 ms).`,
 	f.IntVar(&o.Tasks, "tasks", 4000, "tasks of the scratch plan")
 	f.StringVar(&o.WorkerBin, "worker-bin", "", "the whilly-worker binary (default: next to this one)")
 	f.DurationVar(&o.SimDelay, "sim-delay", 0, "how long each sim agent run takes")
-	f.IntVar(&o.pool, "pool", 0, "database connections of the control plane (default: pgx's)")
+	f.IntVar(&o.pool, "pool", 0, poolFlagHelp)
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
 	f.BoolVar(&o.Queries, "queries", false, "also print the API's time in the database per SQL statement while the plan drains")
 	f.BoolVar(&o.sandbox, "sandbox", false, "measure the sandbox: a command agent drains the plan unboxed, then in the sandbox (default --tasks 200)")

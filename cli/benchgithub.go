@@ -67,7 +67,7 @@ load on the machine moves every figure: give the load average with them.`,
 	f.IntVar(&o.Workers, "workers", 16, "sim workers waiting in long-poll")
 	f.Float64Var(&o.Rate, "rate", 20, "deliveries per second")
 	f.IntVar(&o.Tasks, "tasks", 2, "tasks in each issue's task list")
-	f.IntVar(&o.pool, "pool", 0, "database connections of the control plane (default: whilly serve's, 16)")
+	f.IntVar(&o.pool, "pool", 0, poolFlagHelp)
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
@@ -161,7 +161,7 @@ load average with them.`,
 	f.DurationVar(&o.TaskTime, "task-time", 300*time.Millisecond, "how long a sim worker holds a task (±50 %)")
 	f.Float64Var(&o.Rate, "rate", 50, "deliveries per second")
 	f.DurationVar(&o.Timeout, "timeout", 20*time.Minute, "how long the plans may take to finish")
-	f.IntVar(&o.pool, "pool", 0, "database connections of the control plane (default: whilly serve's, 16)")
+	f.IntVar(&o.pool, "pool", 0, poolFlagHelp)
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
 	return cmd
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/control/client"
 )
@@ -100,19 +101,24 @@ func Claims(ctx context.Context, s Setup, o ClaimsOptions) (ClaimsResult, error)
 		return res, err
 	}
 
-	s.progressf("raw SKIP LOCKED loops over %d rows with %d connections", o.Tasks, o.Workers)
-	if res.RawClaimPerS, err = e.rawLoop(ctx, "claim", o.Workers, o.Tasks, false, &res); err != nil {
+	base, err := e.baselinePool(ctx, o.Workers)
+	if err != nil {
 		return res, err
 	}
-	if res.RawBeforePerS, err = e.rawLoop(ctx, "claim_complete", o.Workers, o.Tasks, true, &res); err != nil {
+	defer base.Close()
+	s.progressf("raw SKIP LOCKED loops over %d rows with %d connections", o.Tasks, o.Workers)
+	if res.RawClaimPerS, err = e.rawLoop(ctx, base, "claim", o.Workers, o.Tasks, false, &res); err != nil {
+		return res, err
+	}
+	if res.RawBeforePerS, err = e.rawLoop(ctx, base, "claim_complete", o.Workers, o.Tasks, true, &res); err != nil {
 		return res, err
 	}
 
 	s.progressf("river: %d no-op jobs inserted, then worked by River (recommended settings, then tuned)", o.Tasks)
-	if res.RiverPerS, err = e.riverLoop(ctx, o.Tasks, RiverRecommended); err != nil {
+	if res.RiverPerS, err = e.riverLoop(ctx, base, o.Tasks, RiverRecommended); err != nil {
 		return res, err
 	}
-	if res.RiverTunedPerS, err = e.riverLoop(ctx, o.Tasks, RiverTuned); err != nil {
+	if res.RiverTunedPerS, err = e.riverLoop(ctx, base, o.Tasks, RiverTuned); err != nil {
 		return res, err
 	}
 
@@ -127,7 +133,7 @@ func Claims(ctx context.Context, s Setup, o ClaimsOptions) (ClaimsResult, error)
 	// The baseline is run again after the http phase, and their mean taken: load that
 	// comes or goes on the machine meanwhile then weighs on both sides of the ratio.
 	s.progressf("raw claim+complete loop again, after the http phase")
-	if res.RawAfterPerS, err = e.rawLoop(ctx, "claim_complete_after", o.Workers, o.Tasks, true, &res); err != nil {
+	if res.RawAfterPerS, err = e.rawLoop(ctx, base, "claim_complete_after", o.Workers, o.Tasks, true, &res); err != nil {
 		return res, err
 	}
 	res.RawPerS = (res.RawBeforePerS + res.RawAfterPerS) / 2
@@ -176,26 +182,53 @@ func (e *env) statements() []Statement {
 	return out
 }
 
-// rawLoop runs the baseline on a scratch table of n rows: workers connections claim
-// with one statement (and complete with one more when complete is set) until none is
-// left. It returns tasks per second.
-func (e *env) rawLoop(ctx context.Context, kind string, workers, n int, complete bool, res *ClaimsResult) (float64, error) {
+// baselinePool opens the pool the baselines run on: workers connections, whatever the
+// size of the control plane's pool, all connected before it returns (so that startCPU
+// counts their backends).
+func (e *env) baselinePool(ctx context.Context, workers int) (*pgxpool.Pool, error) {
+	cfg := e.pool.Config()
+	cfg.MaxConns, cfg.MinConns = int32(workers), 0
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open the baselines' pool: %w", err)
+	}
+	conns := make([]*pgxpool.Conn, 0, workers)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range workers {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("open the baselines' pool: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return pool, nil
+}
+
+// rawLoop runs the baseline on a scratch table of n rows, on pool: workers connections
+// claim with one statement (and complete with one more when complete is set) until none
+// is left. It returns tasks per second.
+func (e *env) rawLoop(ctx context.Context, pool *pgxpool.Pool, kind string, workers, n int, complete bool, res *ClaimsResult) (float64, error) {
 	table := "whilly_bench_raw_" + kind + "_" + strings.ReplaceAll(e.suffix, "-", "_")
 	e.tables = append(e.tables, table)
 	t := pgx.Identifier{table}.Sanitize()
-	_, err := e.pool.Exec(ctx, `CREATE TABLE `+t+` (
+	_, err := pool.Exec(ctx, `CREATE TABLE `+t+` (
 		id bigint PRIMARY KEY, status text NOT NULL DEFAULT 'PENDING', claimed_by text, attempts integer NOT NULL DEFAULT 0,
 		lease_id uuid, lease_expires_at timestamptz, updated_at timestamptz NOT NULL DEFAULT now())`)
 	if err != nil {
 		return 0, fmt.Errorf("create scratch table: %w", err)
 	}
-	if _, err := e.pool.Exec(ctx, `CREATE INDEX ON `+t+` (id) WHERE status = 'PENDING'`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE INDEX ON `+t+` (id) WHERE status = 'PENDING'`); err != nil {
 		return 0, fmt.Errorf("index scratch table: %w", err)
 	}
-	if _, err := e.pool.Exec(ctx, `INSERT INTO `+t+` (id) SELECT generate_series(1, $1::bigint)`, n); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO `+t+` (id) SELECT generate_series(1, $1::bigint)`, n); err != nil {
 		return 0, fmt.Errorf("fill scratch table: %w", err)
 	}
-	if _, err := e.pool.Exec(ctx, `ANALYZE `+t); err != nil {
+	if _, err := pool.Exec(ctx, `ANALYZE `+t); err != nil {
 		return 0, fmt.Errorf("analyze scratch table: %w", err)
 	}
 	claimSQL := `UPDATE ` + t + ` SET status = 'CLAIMED', claimed_by = $1, attempts = attempts + 1,
@@ -216,12 +249,12 @@ func (e *env) rawLoop(ctx context.Context, kind string, workers, n int, complete
 		wg.Go(func() {
 			for {
 				var id int64
-				err := e.pool.QueryRow(ctx, claimSQL, wid).Scan(&id)
+				err := pool.QueryRow(ctx, claimSQL, wid).Scan(&id)
 				if errors.Is(err, pgx.ErrNoRows) {
 					return
 				}
 				if err == nil && complete {
-					_, err = e.pool.Exec(ctx, completeSQL, id, wid)
+					_, err = pool.Exec(ctx, completeSQL, id, wid)
 				}
 				if err != nil {
 					first.set(fmt.Errorf("raw loop: %w", err))

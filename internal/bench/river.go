@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -48,22 +49,22 @@ func (r RiverSettings) String() string {
 }
 
 // riverLoop is a River baseline: n no-op jobs are inserted into a queue of their own,
-// then a River client with settings rs works them all on the same database. It returns
+// then a River client with settings rs works them all on the same database, through pool. It returns
 // jobs per second, from the client's start to the last completion its subscription
 // reported; the insert is not timed (the tasks of the other phases are imported before
 // their clock starts too).
-func (e *env) riverLoop(ctx context.Context, n int, rs RiverSettings) (float64, error) {
+func (e *env) riverLoop(ctx context.Context, pool *pgxpool.Pool, n int, rs RiverSettings) (float64, error) {
 	defer func() {
 		// Completed jobs would stay until River's cleaner runs: remove them now.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if _, err := e.pool.Exec(ctx, `DELETE FROM river_job WHERE queue = $1`, riverQueue); err != nil {
+		if _, err := pool.Exec(ctx, `DELETE FROM river_job WHERE queue = $1`, riverQueue); err != nil {
 			e.log.WarnContext(ctx, "bench: delete the River baseline's jobs", "error", err)
 		}
 	}()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{})
-	rc, err := river.NewClient(riverpgxv5.New(e.pool), &river.Config{
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		FetchCooldown:     rs.FetchCooldown,
 		FetchPollInterval: rs.FetchPollInterval,
 		Logger:            logging.Demote(e.log),
