@@ -53,7 +53,7 @@ func TestBenchScaleSmall(t *testing.T) {
 	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn}, "scale", "--installations", "2", "--issues", "2",
 		"--tasks", "3", "--workers", "4", "--task-time", "20ms", "--timeout", "2m")
 	last := lastLine(out)
-	re := regexp.MustCompile(`^issues_done=4 writes_per_transition=\d+\.\d{3} max_writes_per_min=\d+ rate_limited=0 fairness_spread=\d+\.\d\d$`)
+	re := regexp.MustCompile(`^issues_done=4 writes_per_transition=\d+\.\d{3} max_writes_per_min=\d+ rate_limited=0 fairness_spread=\d+\.\d\d chance_spread=\d+\.\d\d$`)
 	if !re.MatchString(last) {
 		t.Fatalf("last line %q is not the key=value summary with 4 issues done and no rate limit\n%s", last, out)
 	}

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -50,6 +52,11 @@ type ScaleResult struct {
 	FastestMedianMs float64 `json:"fastest_median_ms"`
 	SlowestMedianMs float64 `json:"slowest_median_ms"`
 	Spread          float64 `json:"spread"`
+	// ChanceSpread is the spread of the same label-to-first-claim times dealt to the
+	// installations at random, each round of deliveries among itself (the median over
+	// chanceDeals deals): what the times' own scatter makes of Spread when no
+	// installation is favoured.
+	ChanceSpread    float64 `json:"chance_spread"`
 	FirstClaimP50Ms float64 `json:"first_claim_p50_ms"`
 	FirstClaimP99Ms float64 `json:"first_claim_p99_ms"`
 	// EyesP50Ms and EyesP99Ms are label to 👀 (the intake's acknowledgement), over every
@@ -201,19 +208,64 @@ func (l *load) fairness(res *ScaleResult) {
 		}
 	}
 	l.mu.Unlock()
-	var medians []time.Duration
-	for _, ds := range byInst {
-		slices.Sort(ds)
-		medians = append(medians, percentile(ds, 0.5))
-	}
-	slices.Sort(medians)
-	if len(medians) == 0 {
+	if len(byInst) == 0 {
 		return
 	}
-	res.FastestMedianMs, res.SlowestMedianMs = ms(medians[0]), ms(medians[len(medians)-1])
-	if medians[0] > 0 {
-		res.Spread = float64(medians[len(medians)-1]) / float64(medians[0])
-	}
+	groups := slices.Collect(maps.Values(byInst))
+	var fastest, slowest time.Duration
+	res.Spread, fastest, slowest = spread(groups)
+	res.FastestMedianMs, res.SlowestMedianMs = ms(fastest), ms(slowest)
+	res.ChanceSpread = chanceSpread(groups, chanceDeals)
 	all := l.firstClaims()
 	res.FirstClaimP50Ms, res.FirstClaimP99Ms = ms(percentile(all, 0.5)), ms(percentile(all, 0.99))
+}
+
+// chanceDeals is how many random deals chanceSpread takes the median of.
+const chanceDeals = 200
+
+// spread returns the slowest of the groups' medians over the fastest (0 when the fastest
+// is 0), and those two medians.
+func spread(groups [][]time.Duration) (float64, time.Duration, time.Duration) {
+	medians := make([]time.Duration, len(groups))
+	for i, g := range groups {
+		ds := slices.Clone(g)
+		slices.Sort(ds)
+		medians[i] = percentile(ds, 0.5)
+	}
+	fastest, slowest := slices.Min(medians), slices.Max(medians)
+	if fastest <= 0 {
+		return 0, fastest, slowest
+	}
+	return float64(slowest) / float64(fastest), fastest, slowest
+}
+
+// chanceSpread deals the groups' times at random among the groups, deals times (with a
+// fixed seed, so that a run's figure can be computed again), and returns the median of
+// the deals' spreads. A group's k-th time goes to some group's k-th place: each
+// installation's k-th issue was labelled in the k-th round of deliveries, so a deal keeps
+// what the moment of each issue made of its time and moves only who it belonged to.
+func chanceSpread(groups [][]time.Duration, deals int) float64 {
+	r := rand.New(rand.NewPCG(1, 2))
+	dealt := make([][]time.Duration, len(groups))
+	for i, g := range groups {
+		dealt[i] = slices.Clone(g)
+	}
+	spreads := make([]float64, deals)
+	for d := range spreads {
+		for k := 0; ; k++ {
+			var at []int // the groups with a k-th time
+			for i, g := range dealt {
+				if k < len(g) {
+					at = append(at, i)
+				}
+			}
+			if len(at) == 0 {
+				break
+			}
+			r.Shuffle(len(at), func(a, b int) { dealt[at[a]][k], dealt[at[b]][k] = dealt[at[b]][k], dealt[at[a]][k] })
+		}
+		spreads[d], _, _ = spread(dealt)
+	}
+	slices.Sort(spreads)
+	return spreads[deals/2]
 }
