@@ -158,9 +158,12 @@ func (p *PushTokens) RevokeEnded(ctx context.Context, planID string) (err error)
 	return p.revokeEnded(ctx, s, planID)
 }
 
+// revokeEnded lists the ended leases' tokens a page at a time, until a page is not full:
+// a lease that ends after that list enqueues a job of its own (RevokeEnded), or is left
+// to the sweep.
 func (p *PushTokens) revokeEnded(ctx context.Context, s *sealer, planID string) error {
 	for {
-		toks, err := p.store.EndedPushTokens(ctx, planID, 100)
+		toks, err := p.store.EndedPushTokens(ctx, planID, revokePage)
 		if err != nil || len(toks) == 0 {
 			return err
 		}
@@ -179,8 +182,14 @@ func (p *PushTokens) revokeEnded(ctx context.Context, s *sealer, planID string) 
 			}
 			p.log.InfoContext(ctx, "push token revoked", "plan_id", t.PlanID, "task_id", t.TaskID, "lease_id", t.LeaseID)
 		}
+		if len(toks) < revokePage {
+			return nil
+		}
 	}
 }
+
+// revokePage is how many tokens revokeEnded lists at once.
+const revokePage = 100
 
 // RevokeToken revokes an installation token with the token itself
 // (DELETE /installation/token). A token GitHub no longer knows (401, 404) counts as

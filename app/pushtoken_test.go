@@ -3,7 +3,12 @@ package app_test
 import (
 	"context"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/testkit"
@@ -22,13 +27,7 @@ func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 	gh, f := newFake(t)
 	pool := testkit.DB(t)
 	st := queue.NewStore(pool, nil, queue.Config{})
-	info := issuePlan()
-	p := &plan.Plan{ID: info.ID, Name: info.ID, Repo: repo, Tasks: []plan.Task{{ID: "T", Priority: plan.PriorityMedium,
-		Status: plan.StatusPending, Description: "Fix the spelling of commit in README.md", AcceptanceCriteria: []string{"no commmit"},
-		TestSteps: []string{"grep commmit"}, MaxAttempts: 1}}}
-	if _, err := st.Import(ctx, p, queue.ImportOptions{GitHubIssueRef: info.GitHubIssueRef, InstallationID: 7}); err != nil {
-		t.Fatal(err)
-	}
+	info := importIssuePlan(t, st)
 	// The plan's change enqueued a revocation job (no hook here: set by hand).
 	if _, err := pool.Exec(ctx, `INSERT INTO github_mirror (plan_id, revoke_at) VALUES ($1, now())`, info.ID); err != nil {
 		t.Fatal(err)
@@ -121,4 +120,75 @@ func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 		t.Fatal("the retry left its plan marked as waiting")
 	}
 	allRevoked(tokens)
+}
+
+// importIssuePlan imports the issue plan (issuePlan) with its one task T, pending.
+func importIssuePlan(t *testing.T, st *queue.Store) queue.PlanInfo {
+	t.Helper()
+	info := issuePlan()
+	p := &plan.Plan{ID: info.ID, Name: info.ID, Repo: repo, Tasks: []plan.Task{{ID: "T", Priority: plan.PriorityMedium,
+		Status: plan.StatusPending, Description: "Fix the spelling of commit in README.md", AcceptanceCriteria: []string{"no commmit"},
+		TestSteps: []string{"grep commmit"}, MaxAttempts: 1}}}
+	if _, err := st.Import(context.Background(), p, queue.ImportOptions{GitHubIssueRef: info.GitHubIssueRef, InstallationID: 7}); err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// listTracer counts the statements that list ended push tokens.
+type listTracer struct{ lists atomic.Int64 }
+
+func (l *listTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "FROM push_tokens pt") {
+		l.lists.Add(1)
+	}
+	return ctx
+}
+
+func (l *listTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A revocation lists the ended leases' tokens a page (100) at a time and stops at a page
+// that is not full: two tokens take one list, 101 take two, and every one is revoked.
+func TestARevocationListsTheEndedTokensOncePerPage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	gh, f := newFake(t)
+	cfg, err := pgxpool.ParseConfig(testkit.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &listTracer{}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := queue.NewStore(pool, nil, queue.Config{})
+	info := importIssuePlan(t, st)
+	ws, err := app.NewWorkspaces(f, st, nil, app.WorkspaceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt := app.NewPushTokens(st, f, nil, 0)
+	for _, c := range []struct{ tokens, lists int }{{2, 1}, {101, 2}} {
+		for range c.tokens {
+			if _, err := ws.Workspace(ctx, info, lease()); err != nil { // no task holds the lease: it has ended
+				t.Fatal(err)
+			}
+		}
+		before := tr.lists.Load()
+		if err := pt.RevokeEnded(ctx, info.ID); err != nil {
+			t.Fatal(err)
+		}
+		if n := tr.lists.Load() - before; n != int64(c.lists) {
+			t.Errorf("%d ended tokens: listed %d times, want %d", c.tokens, n, c.lists)
+		}
+		if left, err := st.EndedPushTokens(ctx, info.ID, 1000); err != nil || len(left) != 0 {
+			t.Fatalf("%d ended tokens: %d left after the revocation (%v), want none", c.tokens, len(left), err)
+		}
+	}
+	if n := gh.CountRequests("DELETE", "/installation/token"); n != 103 {
+		t.Errorf("GitHub revoked %d tokens, want 103", n)
+	}
 }
