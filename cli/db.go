@@ -68,7 +68,8 @@ func (a *app) poolConfig(ctx context.Context) (*pgxpool.Config, error) {
 // default (4 on a 2-core machine) makes a control plane's requests queue for connections
 // long before Postgres is busy; 16 busy connections on 2 cores make every statement wait
 // for a core instead (bench scale on 2 cores: first claim p50 187–376 ms and p99
-// 513–852 ms over eight runs with 16, p50 135–183 ms and p99 246–499 ms over four with 8).
+// 513–852 ms over eight runs with 16, p50 126–398 ms and p99 246–688 ms over eight with 8;
+// the medians of the runs 250 and 711 ms against 152 and 401 ms).
 func defaultPoolSize(embedded bool, cores int) int32 {
 	if embedded && cores < 4 {
 		return int32(4 * max(cores, 1))
