@@ -134,7 +134,12 @@ func TestRestartedWorkerReleasesWhatItsPredecessorHeld(t *testing.T) {
 	killLeftovers(t, func() []int { return []int{readPID(filepath.Join(dir, "T001.1.pid"))} })
 	env := []string{"WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script, "E2E_DIR=" + dir, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=E2E_DIR"}
 	first := c.worker("worker-first", base, env, "--plan", "restarted", "--drain")
-	testkit.Eventually(t, 60*time.Second, "the first run's agent to start", func() bool { return readPID(filepath.Join(dir, "T001.1.pid")) > 0 })
+	// The agent dies with its worker: killed before it marks its run, the next run would
+	// take itself for the first and sleep too.
+	testkit.Eventually(t, 60*time.Second, "the first run's agent to mark its run", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ran"))
+		return err == nil
+	})
 	first.kill(syscall.SIGKILL)
 	first.wait(t, 30*time.Second)
 
