@@ -57,6 +57,9 @@ func TestBenchScaleSmall(t *testing.T) {
 	if !re.MatchString(last) {
 		t.Fatalf("last line %q is not the key=value summary with 4 issues done and no rate limit\n%s", last, out)
 	}
+	if !strings.Contains(out, "2 installations × 2 issues, 12 tasks done in ") {
+		t.Fatalf("the table does not count the 12 tasks done:\n%s", out)
+	}
 	t.Log(last)
 	assertNoScratch(t, dsn)
 	assertNoIssuePlans(t, dsn)
