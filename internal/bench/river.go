@@ -49,10 +49,10 @@ func (r RiverSettings) String() string {
 }
 
 // riverLoop is a River baseline: n no-op jobs are inserted into a queue of their own,
-// then a River client with settings rs works them all on the same database, through pool. It returns
-// jobs per second, from the client's start to the last completion its subscription
-// reported; the insert is not timed (the tasks of the other phases are imported before
-// their clock starts too).
+// then a River client with settings rs works them all on the same database, through
+// pool. It returns jobs per second, from the client's start to the last completion its
+// subscription reported; the insert is not timed (the tasks of the other phases are
+// imported before their clock starts too).
 func (e *env) riverLoop(ctx context.Context, pool *pgxpool.Pool, n int, rs RiverSettings) (float64, error) {
 	defer func() {
 		// Completed jobs would stay until River's cleaner runs: remove them now.

@@ -244,9 +244,9 @@ func spread(groups [][]time.Duration) (float64, time.Duration, time.Duration) {
 	return float64(slowest) / float64(fastest), fastest, slowest
 }
 
-// chanceSpread deals the groups' times at random among the groups, deals times (with a
-// fixed seed, so that a run's figure can be computed again), and returns the median of
-// the deals' spreads. A group's k-th time goes to some group's k-th place: each
+// chanceSpread deals the groups' times at random among the groups, as many times as
+// deals (with a fixed seed, so that a run's figure can be computed again), and returns
+// the median of the deals' spreads. A group's k-th time goes to some group's k-th place: each
 // installation's k-th issue was labelled in the k-th round of deliveries, so a deal keeps
 // what the moment of each issue made of its time and moves only who it belonged to.
 func chanceSpread(groups [][]time.Duration, deals int) float64 {
