@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/internal/testkit"
@@ -395,4 +397,66 @@ func testTheLastCompletionsSettleThePlanTogether(t *testing.T, newStore storeMak
 		t.Errorf("the last %d completions were written by %d transactions, want 1 (one batch under the plan's lock)", n-1, txs)
 	}
 	assertEndedOnce(t, st, pool, "last", plan.PlanDone, queue.EventPlanDone)
+}
+
+// A fleet's requests never hold every connection of the pool: while the claims' own
+// transactions are stuck (a PlanChanged hook that waits), all but two of a pool of four
+// are theirs, and the rest of the control plane — a labelled issue's intake, the mirror,
+// River — still gets a connection at once.
+func TestHotPathsLeaveConnectionsToTheRest(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const conns = 4
+	pool := poolOf(ctx, t, conns)
+	var armed atomic.Bool
+	entered := make(chan struct{}, conns)
+	release := make(chan struct{})
+	st := queue.NewStore(pool, nil, queue.Config{Hooks: queue.Hooks{PlanChanged: func(context.Context, pgx.Tx, queue.ChangedPlan) error {
+		if armed.Load() {
+			entered <- struct{}{}
+			<-release
+		}
+		return nil
+	}}})
+	workers := make([]queue.Worker, conns)
+	for i := range conns {
+		importTasks(t, st, widePlan(fmt.Sprint("p", i), 1))
+		workers[i] = register(t, st)
+	}
+	armed.Store(true)
+	claims := make([]*queue.Claim, conns)
+	errs := make([]error, conns)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() {
+			claims[i], errs[i] = st.Claim(ctx, queue.ClaimRequest{WorkerID: workers[i].ID, PlanID: fmt.Sprint("p", i)})
+		})
+	}
+	for range conns - 2 {
+		select {
+		case <-entered:
+		case <-ctx.Done():
+			t.Fatal("the claims' transactions did not start")
+		}
+	}
+
+	qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer qcancel()
+	var one int
+	err := pool.QueryRow(qctx, `SELECT 1`).Scan(&one)
+	inside := len(entered)
+	close(release)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("with the claims' transactions stuck, another statement got no connection: %v", err)
+	}
+	if inside != 0 {
+		t.Fatalf("%d claims' transactions were inside at once, want %d of a pool of %d", conns-2+inside, conns-2, conns)
+	}
+	for i := range conns {
+		if errs[i] != nil || claims[i] == nil {
+			t.Fatalf("claim of p%d once released = %v, %v; want its task", i, claims[i], errs[i])
+		}
+	}
 }

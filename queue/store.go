@@ -96,6 +96,8 @@ type Store struct {
 
 	// mirrorLocks holds a token for each mirror lock held (WithMirrorLock).
 	mirrorLocks chan struct{}
+	// workerConns holds a token for each connection the hot paths hold (batchTx).
+	workerConns chan struct{}
 }
 
 // NewStore returns a Store over pool.
@@ -109,6 +111,7 @@ func NewStore(pool *pgxpool.Pool, log *slog.Logger, cfg Config) *Store {
 	s.handoffs = &group[handoffKey, handoff, handedOff]{max: maxBatch, run: s.handoffBatch}
 	s.starts = &group[string, Lease, TaskInfo]{max: maxBatch, run: s.startBatch}
 	s.mirrorLocks = make(chan struct{}, mirrorLockSlots(pool.Config().MaxConns))
+	s.workerConns = make(chan struct{}, workerConnSlots(pool.Config().MaxConns))
 	return s
 }
 
