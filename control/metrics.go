@@ -41,6 +41,8 @@ type metrics struct {
 	spend       *prometheus.CounterVec   // USD by installation
 	// claimsWaiting is the long-polling claims asleep right now (not querying).
 	claimsWaiting prometheus.Gauge
+	// claimQueries counts the claims' attempts on the database (waitForClaim).
+	claimQueries prometheus.Counter
 
 	perPlan bool // plan ids may be labels (the metrics token is set)
 	// installations caches plan → installation label for spend; plans never change it.
@@ -117,7 +119,11 @@ func newMetrics(s *Server) *metrics {
 	m.claimsWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "whilly_claims_waiting", Help: "Long-polling claims asleep on this control plane, waiting for a task.",
 	})
-	m.reg.MustRegister(m.claimsWaiting)
+	m.claimQueries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "whilly_claim_queries_total",
+		Help: "Claims' attempts on the database: one when a claim request starts, one each time a long-polling claim wakes.",
+	})
+	m.reg.MustRegister(m.claimsWaiting, m.claimQueries)
 	m.reg.MustRegister(m.claims, m.completions, m.failures, m.claimWait, m.requests, m.duration, m.attempts, m.attemptDur, m.spend,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo(version.Get()))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,31 +192,44 @@ func TestMetricsCountALostAttemptsChargeOnce(t *testing.T) {
 }
 
 // whilly_claims_waiting counts the long-polling claims asleep: one while a claim waits,
-// none once it has been answered.
+// none once it has been answered. whilly_claim_queries_total counts their attempts on the
+// database: none while one sleeps, one more when a task wakes it.
 func TestMetricsClaimsWaiting(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{control: control.Config{MetricsToken: "metrics-token"}})
 	e.importPlan(`{"plan_id": "wait/1", "project": "Waiting", "tasks": [
 		{"id": "A", "priority": "high", "description": "a task no worker may take", "labels": ["gpu"]}]}`)
 	w, _ := e.worker()
-	waiting := func() string {
+	metric := func(name string) string {
 		status, body := e.do("GET", "/metrics", "metrics-token", nil)
 		if status != 200 {
 			t.Fatalf("/metrics: %d %s", status, body)
 		}
 		for line := range strings.SplitSeq(body, "\n") {
-			if v, ok := strings.CutPrefix(line, "whilly_claims_waiting "); ok {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
 				return v
 			}
 		}
-		t.Fatalf("/metrics lacks whilly_claims_waiting:\n%s", body)
+		t.Fatalf("/metrics lacks %s:\n%s", name, body)
 		return ""
+	}
+	waiting := func() string { return metric("whilly_claims_waiting") }
+	queries := func() int {
+		n, err := strconv.Atoi(metric("whilly_claim_queries_total"))
+		if err != nil {
+			t.Fatalf("whilly_claim_queries_total: %v", err)
+		}
+		return n
 	}
 	if got := waiting(); got != "0" {
 		t.Fatalf("whilly_claims_waiting = %s before any claim, want 0", got)
 	}
 	ch := claimAsync(context.Background(), w, client.ClaimRequest{PlanID: "wait/1", WaitSeconds: 20})
 	testkit.Eventually(t, 20*time.Second, "the claim to be counted as waiting", func() bool { return waiting() == "1" })
+	asleep := queries()
+	if asleep < 1 {
+		t.Fatalf("whilly_claim_queries_total = %d with a claim asleep after its attempt, want at least 1", asleep)
+	}
 	e.importPlan(`{"plan_id": "wait/1", "project": "Waiting", "tasks": [
 		{"id": "A", "priority": "high", "description": "a task no worker may take", "labels": ["gpu"]},
 		{"id": "B", "priority": "high", "description": "a task any worker may take"}]}`)
@@ -224,5 +238,8 @@ func TestMetricsClaimsWaiting(t *testing.T) {
 	}
 	if got := waiting(); got != "0" {
 		t.Errorf("whilly_claims_waiting = %s after the claim was answered, want 0", got)
+	}
+	if got := queries(); got != asleep+1 {
+		t.Errorf("whilly_claim_queries_total = %d after one wake-up, want %d", got, asleep+1)
 	}
 }

@@ -369,6 +369,7 @@ func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadl
 		if w != nil {
 			w.attempt()
 		}
+		s.metrics.claimQueries.Inc()
 		c, err := s.store.Claim(ctx, req)
 		if err != nil || c != nil {
 			if c != nil && w != nil {
