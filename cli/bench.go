@@ -411,11 +411,14 @@ Then, while they wait:
             while they all wait; the difference over N is the cost of one waiting worker
             (rss_per_worker_kib is the figure; heap_per_worker_kib leaves out goroutine
             stacks and connection buffers outside the heap). Target: at most 64 KiB.
-  queries   the database's transactions (pg_stat_database xact_commit + xact_rollback)
-            over --window before the workers connect and over the same window while they
-            wait: idle_queries is the difference. River's maintenance and the listener's
-            pings are in both windows. Each waiting claim asks for 30 s (the server's cap)
-            and the window ends before the first of them runs out. Target: 0.
+  queries   the waiting workers' claims' attempts on the database over --window while
+            they all wait (whilly_claim_queries_total of its /metrics): idle_queries.
+            Each waiting claim asks for 30 s (the server's cap) and the window ends
+            before the first of them runs out. Target: 0. Next to it, every statement the
+            database's other connections start over that window and over one before the
+            workers connect (pg_stat_activity read every 10 ms: each new query_start):
+            River's maintenance, the listener's pings and the sweeps, which run with
+            workers or without.
   wake      --wakes times, one task is added to the plan they all wait on: the time from
             the import's commit to a worker holding the claim of that task (p50, p99).
             Target: p99 at most 50 ms.`,
@@ -475,8 +478,10 @@ func (a *app) runBenchIdle(ctx context.Context, o benchIdleFlags) error {
 	tw.row("resident memory", mib(res.RSSBeforeBytes), mib(res.RSSWaitingBytes), fmt.Sprintf("%.1f KiB", res.RSSPerWorkerKiB),
 		fmt.Sprintf("whilly serve's VmRSS; %d workers connected in %.1f s, %d goroutines while they wait", res.Workers, res.ConnectSeconds, res.GoroutinesWaiting))
 	tw.row("Go heap in use", mib(res.HeapBeforeBytes), mib(res.HeapWaitingBytes), fmt.Sprintf("%.1f KiB", res.HeapPerWorkerKiB), "go_memstats_heap_inuse_bytes of its /metrics")
-	tw.row("transactions", fmt.Sprint(res.XactsBefore), fmt.Sprint(res.XactsWaiting), "-",
-		fmt.Sprintf("pg_stat_database over %.0f s; the waiting workers' cost: %d", res.WindowSeconds, res.IdleQueries))
+	tw.row("claim queries", "-", fmt.Sprint(res.IdleQueries), "-",
+		fmt.Sprintf("the waiting claims' attempts on the database over %.0f s (whilly_claim_queries_total)", res.WindowSeconds))
+	tw.row("statements", fmt.Sprint(res.StatementsBefore), fmt.Sprint(res.StatementsWaiting), "-",
+		fmt.Sprintf("every connection's over %.0f s (pg_stat_activity every 10 ms): River's maintenance, the listener's pings, the sweeps", res.WindowSeconds))
 	tw.row("wake-up", "-", fmt.Sprintf("p50 %.2f ms", res.WakeP50Ms), "-",
 		fmt.Sprintf("p99 %.2f ms, max %.2f ms over %d tasks, from the import's commit to the claim's answer; from the import call: p50 %.2f ms, p99 %.2f ms; %d claims asked again after an error",
 			res.WakeP99Ms, res.WakeMaxMs, res.Wakes, res.WakeFromCallP50Ms, res.WakeFromCallP99Ms, res.ClaimErrors))

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/whilly-go/whilly/control/client"
 )
 
@@ -50,13 +52,16 @@ type IdleResult struct {
 	HeapWaitingBytes  int64   `json:"heap_waiting_bytes"`
 	HeapPerWorkerKiB  float64 `json:"heap_per_worker_kib"`
 	GoroutinesWaiting int64   `json:"goroutines_waiting"`
-	// Transactions committed or rolled back in the database (pg_stat_database) over a
-	// window before the workers connect and over one of the same length while they wait;
-	// IdleQueries is the difference: what the waiting workers cost.
+	// IdleQueries is what the waiting workers cost the database over a window while they
+	// all wait: their claims' attempts (whilly_claim_queries_total). Next to it, the
+	// statements every other connection to the database started (pg_stat_activity,
+	// sampled) over that window and over one of the same length before the workers
+	// connect: River's maintenance, the listener's pings and the sweeps, with workers
+	// or without.
 	WindowSeconds     float64 `json:"window_seconds"`
-	XactsBefore       int64   `json:"xacts_before"`
-	XactsWaiting      int64   `json:"xacts_waiting"`
 	IdleQueries       int64   `json:"idle_queries"`
+	StatementsBefore  int64   `json:"statements_before"`
+	StatementsWaiting int64   `json:"statements_waiting"`
 	Wakes             int     `json:"wakes"`
 	WakeP50Ms         float64 `json:"wake_p50_ms"`
 	WakeP99Ms         float64 `json:"wake_p99_ms"`
@@ -75,7 +80,7 @@ const claimWait = 30
 // Idle runs `whilly serve` in a process of its own (so that its memory is its own),
 // connects o.Workers long-polling workers to it over HTTP/1.1 keep-alive connections from
 // this process, and measures the server's memory per waiting worker, the database
-// transactions while they wait, and how fast one of them gets a task added meanwhile.
+// statements while they wait, and how fast one of them gets a task added meanwhile.
 func Idle(ctx context.Context, s Setup, o IdleOptions) (IdleResult, error) {
 	res := IdleResult{Workers: o.Workers, Wakes: o.Wakes, ClaimWaitCapSecond: claimWait}
 	if err := raiseFileLimit(o.Workers + 1000); err != nil {
@@ -119,7 +124,7 @@ func Idle(ctx context.Context, s Setup, o IdleOptions) (IdleResult, error) {
 		return res, err
 	}
 	res.RSSBeforeBytes, res.HeapBeforeBytes = before.rss, before.heap
-	if res.XactsBefore, err = e.xactsOver(ctx, o.Window); err != nil {
+	if res.StatementsBefore, err = e.statementsOver(ctx, o.Window); err != nil {
 		return res, err
 	}
 
@@ -209,17 +214,21 @@ func Idle(ctx context.Context, s Setup, o IdleOptions) (IdleResult, error) {
 	res.HeapPerWorkerKiB = float64(res.HeapWaitingBytes-res.HeapBeforeBytes) / 1024 / float64(o.Workers)
 
 	s.progressf("quiet window of %s while they wait", o.Window)
-	// The window, with the settling before it and the statistics' second of lag after it,
-	// must end before the first claims' waits run out and they ask again.
+	// The window must end, with a margin, before the first claims' waits run out and they
+	// ask again.
 	if time.Since(firstSent)+o.Window+5*time.Second > claimWait*time.Second {
 		return res, fmt.Errorf("the workers took %.1f s to connect and fall asleep: the %s window would reach the end of the first claims' %d s wait; use fewer --workers or a shorter --window",
 			res.ConnectSeconds, o.Window, claimWait)
 	}
-	if res.XactsWaiting, err = e.xactsOver(ctx, o.Window); err != nil {
+	if res.StatementsWaiting, err = e.statementsOver(ctx, o.Window); err != nil {
+		return res, err
+	}
+	after, err := srv.memory(ctx)
+	if err != nil {
 		return res, err
 	}
 	res.WindowSeconds = o.Window.Seconds()
-	res.IdleQueries = max(res.XactsWaiting-res.XactsBefore, 0)
+	res.IdleQueries = after.claimQueries - waiting.claimQueries
 
 	s.progressf("%d tasks appear one at a time while they wait", o.Wakes)
 	fromCommit := make([]time.Duration, 0, o.Wakes)
@@ -287,43 +296,67 @@ func raiseFileLimit(n int) error {
 	return nil
 }
 
-// xactsOver returns the transactions the database counted over d (pg_stat_database,
-// which backends report within about a second; the window is read after that much).
-func (e *env) xactsOver(ctx context.Context, d time.Duration) (int64, error) {
-	read := func() (int64, error) {
-		var n int64
-		err := e.pool.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+// activitySample is how often statementsOver reads pg_stat_activity.
+const activitySample = 10 * time.Millisecond
+
+// statementsOver counts the statements the other connections to the database start over
+// d: it reads pg_stat_activity every activitySample, on a connection of its own, and
+// counts each new query_start of a backend (a connection that appears having run one
+// counts too). Two statements of one connection within a sample count once: a lower
+// bound, exact for the question whether any ran. pg_stat_database's transaction counts
+// cannot answer it: a backend reports them at most once a second, and one that goes idle
+// before its next report may keep them until its next statement or its disconnect
+// (minutes, for a pooled connection), so the workers' own claims as they connected were
+// counted in later windows (43, 265 and 575 "idle" transactions in 3 of 19 runs).
+func (e *env) statementsOver(ctx context.Context, d time.Duration) (int64, error) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("acquire a connection to read pg_stat_activity: %w", err)
+	}
+	defer conn.Release()
+	seen := map[int32]time.Time{}
+	read := func(count bool, since time.Time) (int64, error) {
+		rows, err := conn.Query(ctx, `SELECT pid, query_start FROM pg_stat_activity
+			WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND query_start IS NOT NULL`)
 		if err != nil {
-			return 0, fmt.Errorf("read pg_stat_database: %w", err)
+			return 0, fmt.Errorf("read pg_stat_activity: %w", err)
+		}
+		var n int64
+		var pid int32
+		var at time.Time
+		_, err = pgx.ForEachRow(rows, []any{&pid, &at}, func() error {
+			prev, known := seen[pid]
+			if count && ((known && !at.Equal(prev)) || (!known && !at.Before(since))) {
+				n++
+			}
+			seen[pid] = at
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("read pg_stat_activity: %w", err)
 		}
 		return n, nil
 	}
-	settle := func() error {
+	begin := time.Now()
+	if _, err := read(false, begin); err != nil {
+		return 0, err
+	}
+	t := time.NewTicker(activitySample)
+	defer t.Stop()
+	var total int64
+	for end := begin.Add(d); time.Now().Before(end); {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(1500 * time.Millisecond):
+			return 0, ctx.Err()
+		case <-t.C:
 		}
-		return nil
+		n, err := read(true, begin)
+		if err != nil {
+			return 0, err
+		}
+		total += n
 	}
-	if err := settle(); err != nil {
-		return 0, err
-	}
-	n0, err := read()
-	if err != nil {
-		return 0, err
-	}
-	select {
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(d):
-	}
-	n1, err := read()
-	if err != nil {
-		return 0, err
-	}
-	// The first read is a transaction of its own, counted in the window.
-	return n1 - n0 - 1, nil
+	return total, nil
 }
 
 // serveProcess is `whilly serve` running in a child process.
@@ -443,6 +476,7 @@ func (p *serveProcess) stop() {
 // goroutines and claims asleep in long-poll (whilly_claims_waiting).
 type serveMemory struct {
 	rss, heap, goroutines, waiting int64
+	claimQueries                   int64 // whilly_claim_queries_total
 }
 
 // memory reads the server's /proc/PID/status and /metrics.
@@ -490,6 +524,9 @@ func (p *serveProcess) memory(ctx context.Context) (serveMemory, error) {
 		case "whilly_claims_waiting":
 			f, _ := strconv.ParseFloat(value, 64)
 			m.waiting = int64(f)
+		case "whilly_claim_queries_total":
+			f, _ := strconv.ParseFloat(value, 64)
+			m.claimQueries = int64(f)
 		}
 	}
 	if err := sc.Err(); err != nil {
