@@ -79,8 +79,8 @@ const claimWait = 30
 
 // Idle runs `whilly serve` in a process of its own (so that its memory is its own),
 // connects o.Workers long-polling workers to it over HTTP/1.1 keep-alive connections from
-// this process, and measures the server's memory per waiting worker, the database
-// statements while they wait, and how fast one of them gets a task added meanwhile.
+// this process, and measures the server's memory per waiting worker, the queries their
+// claims make while they wait, and how fast one of them gets a task added meanwhile.
 func Idle(ctx context.Context, s Setup, o IdleOptions) (IdleResult, error) {
 	res := IdleResult{Workers: o.Workers, Wakes: o.Wakes, ClaimWaitCapSecond: claimWait}
 	if err := raiseFileLimit(o.Workers + 1000); err != nil {
@@ -305,9 +305,10 @@ const activitySample = 10 * time.Millisecond
 // counts too). Two statements of one connection within a sample count once: a lower
 // bound, exact for the question whether any ran. pg_stat_database's transaction counts
 // cannot answer it: a backend reports them at most once a second, and one that goes idle
-// before its next report may keep them until its next statement or its disconnect
-// (minutes, for a pooled connection), so the workers' own claims as they connected were
-// counted in later windows (43, 265 and 575 "idle" transactions in 3 of 19 runs).
+// before its next report may keep them until its next statement or its disconnect (50
+// commits of an idle session stayed unreported for 20 s), so the workers' own claims as
+// they connected were counted in later windows (43, 265 and 575 "idle" transactions in 3
+// of 19 runs).
 func (e *env) statementsOver(ctx context.Context, d time.Duration) (int64, error) {
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
@@ -315,7 +316,8 @@ func (e *env) statementsOver(ctx context.Context, d time.Duration) (int64, error
 	}
 	defer conn.Release()
 	seen := map[int32]time.Time{}
-	read := func(count bool, since time.Time) (int64, error) {
+	begin := time.Now()
+	read := func(count bool) (int64, error) {
 		rows, err := conn.Query(ctx, `SELECT pid, query_start FROM pg_stat_activity
 			WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND query_start IS NOT NULL`)
 		if err != nil {
@@ -326,7 +328,7 @@ func (e *env) statementsOver(ctx context.Context, d time.Duration) (int64, error
 		var at time.Time
 		_, err = pgx.ForEachRow(rows, []any{&pid, &at}, func() error {
 			prev, known := seen[pid]
-			if count && ((known && !at.Equal(prev)) || (!known && !at.Before(since))) {
+			if count && ((known && !at.Equal(prev)) || (!known && !at.Before(begin))) {
 				n++
 			}
 			seen[pid] = at
@@ -337,8 +339,7 @@ func (e *env) statementsOver(ctx context.Context, d time.Duration) (int64, error
 		}
 		return n, nil
 	}
-	begin := time.Now()
-	if _, err := read(false, begin); err != nil {
+	if _, err := read(false); err != nil {
 		return 0, err
 	}
 	t := time.NewTicker(activitySample)
@@ -350,7 +351,7 @@ func (e *env) statementsOver(ctx context.Context, d time.Duration) (int64, error
 			return 0, ctx.Err()
 		case <-t.C:
 		}
-		n, err := read(true, begin)
+		n, err := read(true)
 		if err != nil {
 			return 0, err
 		}
