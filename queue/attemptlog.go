@@ -58,7 +58,7 @@ func (s *Store) AppendAttemptLog(ctx context.Context, l Lease, a LogAppend) (Log
 		return LogAppended{}, fmt.Errorf("a log chunk of %d bytes is more than %d: %w", len(a.Data), MaxLogChunkBytes, ErrInvalid)
 	}
 	var out LogAppended
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.workerTx(ctx, func(tx pgx.Tx) error {
 		t, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress)
 		if err != nil {
 			return err

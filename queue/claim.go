@@ -212,7 +212,7 @@ func updateTask(ctx context.Context, tx pgx.Tx, planID, taskID, set string, args
 // caller's (lockLeased says which).
 func (s *Store) startCareful(ctx context.Context, l Lease) (TaskInfo, error) {
 	var out TaskInfo
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.workerTx(ctx, func(tx pgx.Tx) error {
 		t, err := scanTask(tx.QueryRow(ctx, `WITH u AS (
 			UPDATE tasks SET status = 'IN_PROGRESS', version = version + 1, updated_at = now()
 			WHERE plan_id = $1 AND id = $2 AND lease_id::text = $3 AND claimed_by = $4
@@ -289,7 +289,7 @@ func completePayload(l Lease, in CompleteInput) ([]byte, error) {
 // crosses the budget and settles the plan. payload is the COMPLETE event's. replay says
 // the lease's holder had completed it already: a retried report, answered with the task.
 func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, p []byte) (out TaskInfo, replay bool, err error) {
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.workerTx(ctx, func(tx pgx.Tx) error {
 		// Every completion of the plan waits for its row lock, held from the first
 		// statement to the commit: the straight-line part goes in one round trip.
 		b := &pgx.Batch{}
@@ -412,7 +412,7 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 	}
 	retryable := in.Retryable == nil || *in.Retryable
 	var out TaskInfo
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.workerTx(ctx, func(tx pgx.Tx) error {
 		if _, err := lockPlan(ctx, tx, l.PlanID); err != nil {
 			return err
 		}
@@ -472,7 +472,7 @@ func (s *Store) Release(ctx context.Context, l Lease, reason string) (TaskInfo, 
 		reason = "released"
 	}
 	var out TaskInfo
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.workerTx(ctx, func(tx pgx.Tx) error {
 		if _, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress); err != nil {
 			out, err = replayed(ctx, tx, l, err)
 			return err
@@ -506,7 +506,7 @@ func (s *Store) AppendTaskEvent(ctx context.Context, l Lease, typ string, payloa
 		}
 	}
 	var ev Event
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.workerTx(ctx, func(tx pgx.Tx) error {
 		if _, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress); err != nil {
 			return err
 		}
@@ -637,6 +637,11 @@ func settlePlan(ctx context.Context, tx pgx.Tx, planID string, status plan.PlanS
 // the tasks it believes it holds it must abandon (cancelled, or lease lost).
 func (s *Store) Heartbeat(ctx context.Context, workerID string, held []Lease) (HeartbeatResult, error) {
 	var res HeartbeatResult
+	release, err := s.workerSlot(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer release()
 	tag, err := s.pool.Exec(ctx, `UPDATE workers SET last_heartbeat = now(), status = 'online'
 		WHERE id = $1 AND status <> 'revoked'`, workerID)
 	if err != nil {

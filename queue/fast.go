@@ -41,9 +41,9 @@ func (s *Store) hotTx(ctx context.Context, b *pgx.Batch, t touched, read func(pg
 // of the control plane (workerConnSlots).
 const reservedConns = 2
 
-// workerConnSlots is how many connections the workers' claims, starts, completions and
-// handoffs (batchTx) may hold at once: all of a pool of maxConns but reservedConns, and
-// at least one. A busy fleet's requests queue here, not in the pool, so that a labelled
+// workerConnSlots is how many connections the transactions of workers' requests
+// (workerSlot) may hold at once: all of a pool of maxConns but reservedConns, and at
+// least one. A busy fleet's requests queue here, not in the pool, so that a labelled
 // issue's intake, the mirror and River find a connection without waiting behind them.
 // In bench scale on 2 cores (a pool of 8), over six runs alternating with and without
 // it, label→first claim p99 was 319–565 ms against 368–730 ms, label→👀 p99 173–302 ms
@@ -61,13 +61,39 @@ func (s *Store) lockedTx(ctx context.Context, b *pgx.Batch, t touched, read func
 	return s.batchTx(ctx, b, t, true, read)
 }
 
-func (s *Store) batchTx(ctx context.Context, b *pgx.Batch, t touched, locked bool, read func(pgx.BatchResults) error) error {
+// workerSlot waits for one of the workers' connection slots (workerConnSlots) and
+// returns its release. Every transaction a worker's request runs takes one before its
+// connection, and before any lock: the batches (batchTx) and the careful paths outside
+// them (workerTx, Heartbeat). None of them runs inside another, so none waits for a slot
+// while it holds one.
+func (s *Store) workerSlot(ctx context.Context) (func(), error) {
 	select {
 	case s.workerConns <- struct{}{}:
-		defer func() { <-s.workerConns }()
+		return func() { <-s.workerConns }, nil
 	case <-ctx.Done():
-		return fmt.Errorf("wait for a connection: %w", ctx.Err())
+		return nil, fmt.Errorf("wait for a connection: %w", ctx.Err())
 	}
+}
+
+// workerTx is inTx for a worker's request outside the batches (a start or completion a
+// batch left out, a completion that charges a cost, FAIL, RELEASE, a task event, a log
+// chunk): it holds a worker slot, so that a fleet's reports cannot take the
+// connections the rest of the control plane needs either.
+func (s *Store) workerTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	release, err := s.workerSlot(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return s.inTx(ctx, fn)
+}
+
+func (s *Store) batchTx(ctx context.Context, b *pgx.Batch, t touched, locked bool, read func(pgx.BatchResults) error) error {
+	release, err := s.workerSlot(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	hooked := s.cfg.Hooks.PlanChanged != nil
 	if !hooked && !locked {
 		br := s.pool.SendBatch(ctx, b)

@@ -399,64 +399,107 @@ func testTheLastCompletionsSettleThePlanTogether(t *testing.T, newStore storeMak
 	assertEndedOnce(t, st, pool, "last", plan.PlanDone, queue.EventPlanDone)
 }
 
-// A fleet's requests never hold every connection of the pool: while the claims' own
+// A fleet's requests never hold every connection of the pool: while their own
 // transactions are stuck (a PlanChanged hook that waits), all but two of a pool of four
 // are theirs, and the rest of the control plane — a labelled issue's intake, the mirror,
-// River — still gets a connection at once.
+// River — still gets a connection at once. That holds for the batched claims and for the
+// reports that take the careful path: a completion that charges a cost, FAIL, RELEASE.
 func TestHotPathsLeaveConnectionsToTheRest(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const conns = 4
-	pool := poolOf(ctx, t, conns)
-	var armed atomic.Bool
-	entered := make(chan struct{}, conns)
-	release := make(chan struct{})
-	st := queue.NewStore(pool, nil, queue.Config{Hooks: queue.Hooks{PlanChanged: func(context.Context, pgx.Tx, queue.ChangedPlan) error {
-		if armed.Load() {
-			entered <- struct{}{}
-			<-release
-		}
-		return nil
-	}}})
-	workers := make([]queue.Worker, conns)
-	for i := range conns {
-		importTasks(t, st, widePlan(fmt.Sprint("p", i), 1))
-		workers[i] = register(t, st)
-	}
-	armed.Store(true)
-	claims := make([]*queue.Claim, conns)
-	errs := make([]error, conns)
-	var wg sync.WaitGroup
-	for i := range conns {
-		wg.Go(func() {
-			claims[i], errs[i] = st.Claim(ctx, queue.ClaimRequest{WorkerID: workers[i].ID, PlanID: fmt.Sprint("p", i)})
-		})
-	}
-	for range conns - 2 {
-		select {
-		case <-entered:
-		case <-ctx.Done():
-			t.Fatal("the claims' transactions did not start")
-		}
-	}
+	type op func(ctx context.Context, st *queue.Store, w queue.Worker, planID string, held *queue.Claim) error
+	for _, tc := range []struct {
+		name  string
+		claim bool // the task is claimed before the requests, unhooked
+		do    op
+	}{
+		{"claim", false, func(ctx context.Context, st *queue.Store, w queue.Worker, planID string, _ *queue.Claim) error {
+			c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: planID})
+			if err == nil && c == nil {
+				err = errors.New("no task")
+			}
+			return err
+		}},
+		{"costed complete", true, func(ctx context.Context, st *queue.Store, w queue.Worker, _ string, c *queue.Claim) error {
+			_, err := st.Complete(ctx, leaseOf(c, w.ID), queue.CompleteInput{Cost: plan.MicrosPerUSD / 100})
+			return err
+		}},
+		{"fail", true, func(ctx context.Context, st *queue.Store, w queue.Worker, _ string, c *queue.Claim) error {
+			_, err := st.Fail(ctx, leaseOf(c, w.ID), queue.FailInput{Reason: "test"})
+			return err
+		}},
+		{"release", true, func(ctx context.Context, st *queue.Store, w queue.Worker, _ string, c *queue.Claim) error {
+			_, err := st.Release(ctx, leaseOf(c, w.ID), "test")
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			const conns = 4
+			pool := poolOf(ctx, t, conns)
+			var armed atomic.Bool
+			entered := make(chan struct{}, conns)
+			release := make(chan struct{})
+			st := queue.NewStore(pool, nil, queue.Config{Hooks: queue.Hooks{PlanChanged: func(context.Context, pgx.Tx, queue.ChangedPlan) error {
+				if armed.Load() {
+					entered <- struct{}{}
+					<-release
+				}
+				return nil
+			}}})
+			workers := make([]queue.Worker, conns)
+			held := make([]*queue.Claim, conns)
+			for i := range conns {
+				importTasks(t, st, widePlan(fmt.Sprint("p", i), 1))
+				workers[i] = register(t, st)
+				if tc.claim {
+					c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: workers[i].ID, PlanID: fmt.Sprint("p", i)})
+					if err != nil || c == nil {
+						t.Fatalf("claim of p%d = %v, %v; want its task", i, c, err)
+					}
+					held[i] = c
+				}
+			}
+			armed.Store(true)
+			errs := make([]error, conns)
+			var wg sync.WaitGroup
+			for i := range conns {
+				wg.Go(func() { errs[i] = tc.do(ctx, st, workers[i], fmt.Sprint("p", i), held[i]) })
+			}
+			for range conns - 2 {
+				select {
+				case <-entered:
+				case <-ctx.Done():
+					t.Fatal("the requests' transactions did not start")
+				}
+			}
 
-	qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer qcancel()
-	var one int
-	err := pool.QueryRow(qctx, `SELECT 1`).Scan(&one)
-	inside := len(entered)
-	close(release)
-	wg.Wait()
-	if err != nil {
-		t.Fatalf("with the claims' transactions stuck, another statement got no connection: %v", err)
-	}
-	if inside != 0 {
-		t.Fatalf("%d claims' transactions were inside at once, want %d of a pool of %d", conns-2+inside, conns-2, conns)
-	}
-	for i := range conns {
-		if errs[i] != nil || claims[i] == nil {
-			t.Fatalf("claim of p%d once released = %v, %v; want its task", i, claims[i], errs[i])
-		}
+			qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer qcancel()
+			var one int
+			err := pool.QueryRow(qctx, `SELECT 1`).Scan(&one)
+			// A worker's heartbeat is a worker's request too: it waits for a slot.
+			hctx, hcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			_, herr := st.Heartbeat(hctx, workers[0].ID, nil)
+			hcancel()
+			inside := len(entered)
+			close(release)
+			wg.Wait()
+			if err != nil {
+				t.Fatalf("with the requests' transactions stuck, another statement got no connection: %v", err)
+			}
+			if !errors.Is(herr, context.DeadlineExceeded) {
+				t.Errorf("a heartbeat while the requests' transactions held their connections = %v, want it to wait for one", herr)
+			}
+			if inside != 0 {
+				t.Fatalf("%d requests' transactions were inside at once, want %d of a pool of %d", conns-2+inside, conns-2, conns)
+			}
+			for i := range conns {
+				if errs[i] != nil {
+					t.Fatalf("%s of p%d once released: %v", tc.name, i, errs[i])
+				}
+			}
+		})
 	}
 }
