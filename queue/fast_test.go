@@ -461,6 +461,7 @@ func TestHotPathsLeaveConnectionsToTheRest(t *testing.T) {
 					held[i] = c
 				}
 			}
+			idle := register(t, st) // holds no task, so no row lock can hold up its heartbeat
 			armed.Store(true)
 			errs := make([]error, conns)
 			var wg sync.WaitGroup
@@ -481,7 +482,7 @@ func TestHotPathsLeaveConnectionsToTheRest(t *testing.T) {
 			err := pool.QueryRow(qctx, `SELECT 1`).Scan(&one)
 			// A worker's heartbeat is a worker's request too: it waits for a slot.
 			hctx, hcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			_, herr := st.Heartbeat(hctx, workers[0].ID, nil)
+			_, herr := st.Heartbeat(hctx, idle.ID, nil)
 			hcancel()
 			inside := len(entered)
 			close(release)
