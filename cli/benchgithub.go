@@ -129,11 +129,18 @@ its transaction (claim_next); a worker long-polls only when it got none.
                       same for the same times dealt to the installations at random
                       (chance_spread, the median of 200 deals): what the times' own
                       scatter makes of it when no installation is favoured
+  done→whilly-done    from a plan done to its issue's whilly-done label: how far the
+                      mirror trails the work
+
+The fake answers at once unless --github-latency says how long GitHub takes to answer a
+request; every call to GitHub then takes that long (the intake's three, the token each
+claim mints, the mirror's), as it does in production.
 
 Targets (issue 15): 0 rate-limit answers, at most 0.2 writes per transition, the slowest
 median within 2× the fastest. Other load on the machine moves every figure: give the
 load average with them.`,
 		Example: `  whilly bench scale
+  whilly bench scale --github-latency 100ms
   whilly bench scale --installations 20 --issues 3 --workers 16 --task-time 100ms`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -152,6 +159,8 @@ load average with them.`,
 				return usagef("--rate must be above 0 and at most 10000 deliveries a second, got %g", o.Rate)
 			case o.Timeout < time.Second:
 				return usagef("--timeout must be at least 1s, got %s", o.Timeout)
+			case o.GitHubLatency < 0 || o.GitHubLatency > 10*time.Second:
+				return usagef("--github-latency must be between 0 and 10s, got %s", o.GitHubLatency)
 			}
 			return a.runBenchScale(cmd.Context(), o)
 		},
@@ -164,6 +173,7 @@ load average with them.`,
 	f.DurationVar(&o.TaskTime, "task-time", 300*time.Millisecond, "how long a sim worker holds a task (±50 %)")
 	f.Float64Var(&o.Rate, "rate", 50, "deliveries per second")
 	f.DurationVar(&o.Timeout, "timeout", 20*time.Minute, "how long the plans may take to finish")
+	f.DurationVar(&o.GitHubLatency, "github-latency", 0, "how long the fake GitHub takes to answer each request, as GitHub's own round trip")
 	f.IntVar(&o.pool, "pool", 0, poolFlagHelp)
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
 	return cmd
@@ -193,12 +203,14 @@ func (a *app) runBenchScale(ctx context.Context, o benchScaleFlags) error {
 		fmt.Sprintf("median label→first claim per installation: fastest %.0f ms, slowest %.0f ms; all issues p50 %.0f ms, p99 %.0f ms; the same times dealt to installations at random: %.2f×",
 			res.FastestMedianMs, res.SlowestMedianMs, res.FirstClaimP50Ms, res.FirstClaimP99Ms, res.ChanceSpread))
 	tw.row("label→👀", fmt.Sprintf("p50 %.0f ms", res.EyesP50Ms), "-", fmt.Sprintf("p99 %.0f ms: the intake's part of the wait for a first claim", res.EyesP99Ms))
+	tw.row("done→whilly-done", fmt.Sprintf("p50 %.1f s", res.DoneP50Ms/1000), "-",
+		fmt.Sprintf("p99 %.1f s: from a plan done to its issue's whilly-done label", res.DoneP99Ms/1000))
 	if err := tw.flush(); err != nil {
 		return err
 	}
-	a.printf("%d requests the fake GitHub does not serve\n", res.Problems)
-	a.printf("issues_done=%d writes_per_transition=%.3f max_writes_per_min=%d rate_limited=%d fairness_spread=%.2f chance_spread=%.2f\n",
-		res.IssuesDone, res.WritesPerTransition, res.MaxWritesPerMinute, res.RateLimited, res.Spread, res.ChanceSpread)
+	a.printf("the fake GitHub answered each request after %.0f ms; %d requests it does not serve\n", res.GitHubLatencyMs, res.Problems)
+	a.printf("issues_done=%d writes_per_transition=%.3f max_writes_per_min=%d rate_limited=%d fairness_spread=%.2f chance_spread=%.2f done_p99_ms=%.0f\n",
+		res.IssuesDone, res.WritesPerTransition, res.MaxWritesPerMinute, res.RateLimited, res.Spread, res.ChanceSpread, res.DoneP99Ms)
 	return nil
 }
 

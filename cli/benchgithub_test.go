@@ -51,14 +51,17 @@ func TestBenchScaleSmall(t *testing.T) {
 	t.Parallel()
 	dsn := testkit.DSN(t)
 	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn}, "scale", "--installations", "2", "--issues", "2",
-		"--tasks", "3", "--workers", "4", "--task-time", "20ms", "--timeout", "2m")
+		"--tasks", "3", "--workers", "4", "--task-time", "20ms", "--timeout", "2m", "--github-latency", "30ms")
 	last := lastLine(out)
-	re := regexp.MustCompile(`^issues_done=4 writes_per_transition=\d+\.\d{3} max_writes_per_min=\d+ rate_limited=0 fairness_spread=\d+\.\d\d chance_spread=\d+\.\d\d$`)
+	re := regexp.MustCompile(`^issues_done=4 writes_per_transition=\d+\.\d{3} max_writes_per_min=\d+ rate_limited=0 fairness_spread=\d+\.\d\d chance_spread=\d+\.\d\d done_p99_ms=[1-9]\d*$`)
 	if !re.MatchString(last) {
 		t.Fatalf("last line %q is not the key=value summary with 4 issues done and no rate limit\n%s", last, out)
 	}
 	if !strings.Contains(out, "2 installations × 2 issues, 12 tasks done in ") {
 		t.Fatalf("the table does not count the 12 tasks done:\n%s", out)
+	}
+	if !strings.Contains(out, "the fake GitHub answered each request after 30 ms") {
+		t.Fatalf("the output does not give the fake GitHub's latency:\n%s", out)
 	}
 	t.Log(last)
 	assertNoScratch(t, dsn)
@@ -73,6 +76,7 @@ func TestBenchGitHubFlags(t *testing.T) {
 		{"intake", "--rate", "0"},
 		{"scale", "--installations", "0"},
 		{"scale", "--task-time", "-1s"},
+		{"scale", "--github-latency", "-1ms"},
 	} {
 		var out, errOut syncBuffer
 		a := testApp(t, &out, &errOut, map[string]string{})

@@ -7,8 +7,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/fakegithub"
@@ -23,6 +26,7 @@ type ScaleOptions struct {
 	TaskTime      time.Duration // how long a sim worker holds a task (±50 %)
 	Rate          float64       // deliveries per second, alternating installations
 	Timeout       time.Duration // how long the plans may take to finish
+	GitHubLatency time.Duration // how long the fake GitHub takes to answer a request
 }
 
 // ScaleResult is what the scale benchmark measured.
@@ -33,6 +37,8 @@ type ScaleResult struct {
 	TasksDone     int     `json:"tasks_done"`
 	Workers       int     `json:"workers"`
 	Seconds       float64 `json:"seconds"`
+	// GitHubLatencyMs is the time the fake GitHub took to answer each request.
+	GitHubLatencyMs float64 `json:"github_latency_ms"`
 	// Transitions are the task transitions the sim workers made (claim, start, complete);
 	// Writes the content writes the fake GitHub accepted from the installations.
 	Transitions         int     `json:"transitions"`
@@ -63,6 +69,10 @@ type ScaleResult struct {
 	// issue: how much of the first claim's wait is the intake's.
 	EyesP50Ms float64 `json:"eyes_p50_ms"`
 	EyesP99Ms float64 `json:"eyes_p99_ms"`
+	// DoneP50Ms and DoneP99Ms are from a plan's plan.done to the fake GitHub's receiving
+	// its issue's whilly-done label, over every issue: how far the mirror trails.
+	DoneP50Ms float64 `json:"done_p50_ms"`
+	DoneP99Ms float64 `json:"done_p99_ms"`
 	Problems  int64   `json:"problems"`
 }
 
@@ -74,7 +84,8 @@ type ScaleResult struct {
 // per minute, the rate-limit answers, and how evenly installations got their first task
 // claimed.
 func Scale(ctx context.Context, s Setup, o ScaleOptions) (ScaleResult, error) {
-	res := ScaleResult{Installations: o.Installations, Issues: o.Installations * o.Issues, Workers: o.Workers, WritesByKind: map[string]int{}}
+	res := ScaleResult{Installations: o.Installations, Issues: o.Installations * o.Issues, Workers: o.Workers, WritesByKind: map[string]int{},
+		GitHubLatencyMs: ms(o.GitHubLatency)}
 	e, err := open(ctx, s, true)
 	if err != nil {
 		return res, err
@@ -82,6 +93,7 @@ func Scale(ctx context.Context, s Setup, o ScaleOptions) (ScaleResult, error) {
 	defer e.close(ctx)
 	limits := fakegithub.GitHubLimits()
 	e.github.SetLimits(limits)
+	e.github.SetLatency(o.GitHubLatency)
 	res.WriteLimit = limits.SecondaryPerMinute
 	insts := make([]int64, o.Installations)
 	for i := range insts {
@@ -137,6 +149,11 @@ func Scale(ctx context.Context, s Setup, o ScaleOptions) (ScaleResult, error) {
 		return res, err
 	}
 	res.EyesP50Ms, res.EyesP99Ms = ms(percentile(eyes, 0.5)), ms(percentile(eyes, 0.99))
+	lags, err := l.doneLags(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.DoneP50Ms, res.DoneP99Ms = ms(percentile(lags, 0.5)), ms(percentile(lags, 0.99))
 	res.Problems = e.problems.Load()
 	return res, nil
 }
@@ -201,6 +218,47 @@ func (l *load) waitDone(ctx context.Context, limit time.Duration, res *ScaleResu
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// doneLags are the times, sorted, from each issue's plan.done to the fake GitHub's
+// receiving its whilly-done label: the last label the mirror adds to the issue (a done
+// plan gets no other), which waitDone saw there.
+func (l *load) doneLags(ctx context.Context) ([]time.Duration, error) {
+	labelled := map[string]time.Time{} // issue ref → its last label added
+	for _, r := range l.e.github.Requests() {
+		// POST /repos/OWNER/NAME/issues/N/labels
+		parts := strings.Split(strings.TrimPrefix(r.Path, "/repos/"), "/")
+		if r.Method == http.MethodPost && r.Status < 300 && len(parts) == 5 && parts[2] == "issues" && parts[4] == "labels" {
+			labelled[parts[0]+"/"+parts[1]+"#"+parts[3]] = r.At
+		}
+	}
+	refs := make([]string, len(l.issues))
+	for i, b := range l.issues {
+		refs[i] = b.repo + "#" + strconv.Itoa(b.number)
+	}
+	rows, err := l.e.pool.Query(ctx, `SELECT p.github_issue_ref, e.created_at FROM events e JOIN plans p ON p.id = e.plan_id
+		WHERE p.github_issue_ref = ANY($1) AND e.type = 'plan.done'`, refs)
+	if err != nil {
+		return nil, fmt.Errorf("read when the plans were done: %w", err)
+	}
+	var (
+		out []time.Duration
+		ref string
+		at  time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&ref, &at}, func() error {
+		got, ok := labelled[ref]
+		if !ok {
+			return fmt.Errorf("issue %s never got a label", ref)
+		}
+		out = append(out, got.Sub(at))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read when the plans were done: %w", err)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // fairness fills in the spread of label-to-first-claim medians across installations.

@@ -53,6 +53,7 @@ type GitHub struct {
 	routes        []fakeRoute
 	tokenTTL      time.Duration
 	limits        Limits
+	latency       time.Duration         // SetLatency
 	hours         map[int64]hourWindow  // requests per installation in its current hour
 	writesAt      map[int64][]time.Time // content writes per installation in the last minute
 	tokenRequests []TokenRequest
@@ -428,6 +429,7 @@ func (g *GitHub) CountRequests(method, path string) int {
 
 func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.EscapedPath()
+	g.wait()
 	rec := GitHubRequest{Method: r.Method, Path: path, At: time.Now()}
 	defer func() {
 		g.mu.Lock()

@@ -33,6 +33,24 @@ func GitHubLimits() Limits {
 	return Limits{Hourly: HourlyRequests, SecondaryPerMinute: SecondaryWritesPerMinute}
 }
 
+// SetLatency makes the fake answer every request (API and git alike) d after it arrives,
+// as the time a request to GitHub takes there and back; 0, the default, answers at once.
+// A request's record (GitHubRequest.At) is the moment the fake acts on it, after the
+// wait.
+func (g *GitHub) SetLatency(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.latency = d
+}
+
+// wait waits out the latency before a request is served.
+func (g *GitHub) wait() {
+	g.mu.Lock()
+	d := g.latency
+	g.mu.Unlock()
+	time.Sleep(d)
+}
+
 // SetLimits switches the fake's rate limits (Limits{} turns them off, the default).
 func (g *GitHub) SetLimits(l Limits) {
 	g.mu.Lock()

@@ -149,3 +149,19 @@ func TestHourlyLimitAnswersWithReset(t *testing.T) {
 		t.Fatalf("with the limits off: %v", err)
 	}
 }
+
+// With a latency the fake answers each request that long after it arrives: the token
+// exchange and the API call alike.
+func TestLatencyDelaysEveryAnswer(t *testing.T) {
+	t.Parallel()
+	g, clients := newFake(t)
+	const latency = 150 * time.Millisecond
+	g.SetLatency(latency)
+	begin := time.Now()
+	if err := addLabel(context.Background(), clients[1], "one"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took < 2*latency {
+		t.Errorf("a token exchange and a request took %v, want at least twice the latency %v", took, latency)
+	}
+}
