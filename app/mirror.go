@@ -123,7 +123,7 @@ func (w *mirrorWorker) Work(ctx context.Context, job *river.Job[MirrorArgs]) err
 		}
 	}
 	var sync queue.MirrorSync
-	locked, err := m.store.WithMirrorLock(ctx, planID, func() error {
+	locked, err := m.store.WithMirrorLock(ctx, planID, func(ctx context.Context) error {
 		var err error
 		sync, err = m.sync(ctx, st, job.Args.Verify)
 		return err
@@ -185,7 +185,7 @@ func (m *Mirror) SyncNow(ctx context.Context, planID string) error {
 		return err
 	}
 	var sync queue.MirrorSync
-	locked, err := m.store.WithMirrorLock(ctx, planID, func() error {
+	locked, err := m.store.WithMirrorLock(ctx, planID, func(ctx context.Context) error {
 		var err error
 		sync, err = m.sync(ctx, st, false)
 		return err

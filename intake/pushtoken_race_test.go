@@ -23,10 +23,8 @@ func TestPushTokensOfABusyPlanAllRevokedWithoutTheSweep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
 	defer cancel()
 	// Several plans, each busy: every plan's last leases are a chance for one to be missed.
-	// Fewer plans than the test pool's 4 connections: a mirror job holds one connection
-	// (WithMirrorLock) while it asks for another, so as many mirror jobs as connections
-	// would wait for each other until their context ends.
-	const workers, plans, each = 6, 3, 20
+	// More plans than the test pool's 4 connections, each with its mirror job.
+	const workers, plans, each = 6, 6, 20
 	const tasks = plans * each
 	for n := range plans {
 		p := &plan.Plan{ID: fmt.Sprint("busy", n), Name: "busy", Repo: repoName}

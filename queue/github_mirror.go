@@ -123,50 +123,38 @@ func (s *Store) MirroredPlans(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// mirrorLockSlots is how many mirror locks a pool of maxConns connections may hold at
-// once: fewer than half, so that every holder can still get the one more connection it
-// reads with (and the API some), and at least one.
-func mirrorLockSlots(maxConns int32) int {
-	return max(1, int(maxConns-1)/2)
-}
+// MirrorLockTTL is how long a mirror lock holds at most (WithMirrorLock): the mirror
+// job's own time limit. A holder that died leaves its plan's issue unwritten that long.
+const MirrorLockTTL = 2 * time.Minute
 
-// WithMirrorLock runs fn holding a session advisory lock on the plan's mirror, so that a
-// mirror job and `whilly forge intake` never write one issue at the same time. It
-// returns false, without running fn, when someone else holds the lock. The lock is held
-// on a pooled connection for the duration of fn (GitHub calls, no transaction), and fn
-// reads the store through the pool: so that locks never hold every connection while
-// their holders wait for one (as many mirror jobs at once as the pool has connections
-// would wait on each other until their deadline), at most mirrorLockSlots of them are
-// held at once; a caller past them waits for a slot.
-func (s *Store) WithMirrorLock(ctx context.Context, planID string, fn func() error) (bool, error) {
-	if s.pool.Config().MaxConns < 2 {
-		// The holder's connection, and one to read with: a pool of one would wait for ever.
-		return false, fmt.Errorf("lock mirror of plan %s: the mirror needs a pool of at least 2 connections (pool_max_conns in the database URL)", planID)
+// WithMirrorLock runs fn holding the lock of the plan's mirror, so that a mirror job and
+// `whilly forge intake` never write one issue at the same time. It returns false,
+// without running fn, when someone else holds the lock. The lock is a row
+// (github_mirror_locks), not a connection: fn's GitHub calls hold none. It expires
+// MirrorLockTTL after it was taken, so that a holder that died does not keep it, and fn's
+// context ends before that, so that a live holder does not write past its lock.
+func (s *Store) WithMirrorLock(ctx context.Context, planID string, fn func(context.Context) error) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, MirrorLockTTL)
+	defer cancel()
+	var holder string
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO github_mirror_locks AS l (plan_id, holder, expires_at)
+		VALUES ($1, gen_random_uuid(), now() + make_interval(secs => $2))
+		ON CONFLICT (plan_id) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+		WHERE l.expires_at <= now()
+		RETURNING holder::text`, planID, MirrorLockTTL.Seconds()).Scan(&holder)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
 	}
-	select {
-	case s.mirrorLocks <- struct{}{}:
-		defer func() { <-s.mirrorLocks }()
-	case <-ctx.Done():
-		return false, fmt.Errorf("lock mirror of plan %s: %w", planID, ctx.Err())
-	}
-	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("lock mirror of plan %s: %w", planID, err)
 	}
-	defer conn.Release()
-	const key = `hashtextextended('whilly:mirror:' || $1, 0)`
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, planID).Scan(&ok); err != nil {
-		return false, fmt.Errorf("lock mirror of plan %s: %w", planID, err)
-	}
-	if !ok {
-		return false, nil
-	}
 	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+key+`)`, planID); err != nil {
-			// A connection whose unlock failed must not go back to the pool holding the lock.
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := s.pool.Exec(uctx, `DELETE FROM github_mirror_locks WHERE plan_id = $1 AND holder = $2`, planID, holder); err != nil {
+			s.log.WarnContext(ctx, "mirror lock not released; it expires by itself", "plan_id", planID, "error", err)
 		}
 	}()
-	return true, fn()
+	return true, fn(ctx)
 }

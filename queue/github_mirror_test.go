@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,25 +14,24 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// A mirror run holds its plan's lock on a pooled connection while it reads the plan
-// through the pool: as many runs at once as the pool has connections must not wait on
-// each other for ever (a pool of 2, three plans mirrored at once, each run reading the
-// store while it holds its lock).
-func TestMirrorLocksNeverTakeTheWholePool(t *testing.T) {
+// A mirror lock holds no connection: on a pool of one, three plans' mirrors hold their
+// locks at once and each reads the store meanwhile (the old lock, a session advisory
+// lock, pinned a connection for the whole sync, GitHub calls included, and refused a
+// pool of one).
+func TestMirrorLocksHoldNoConnection(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	pool := poolOf(ctx, t, 2)
-	st := queue.NewStore(pool, nil, queue.Config{})
-	inside := make(chan struct{}, 3)
-	release := make(chan struct{})
+	st := queue.NewStore(poolOf(ctx, t, 1), nil, queue.Config{})
+	var held sync.WaitGroup
+	held.Add(3)
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	for i := range 3 {
 		wg.Go(func() {
-			locked, err := st.WithMirrorLock(ctx, fmt.Sprintf("plan-%d", i), func() error {
-				inside <- struct{}{}
-				<-release // every run holds its lock before any reads: the worst moment
+			locked, err := st.WithMirrorLock(ctx, fmt.Sprintf("plan-%d", i), func(ctx context.Context) error {
+				held.Done()
+				held.Wait() // every lock is held before any of them reads
 				_, err := st.GetPlan(ctx, "none")
 				if errors.Is(err, queue.ErrNotFound) {
 					err = nil // a read that reached the database
@@ -46,19 +44,58 @@ func TestMirrorLocksNeverTakeTheWholePool(t *testing.T) {
 			errs <- err
 		})
 	}
-	// Let every run that can take its lock take it, then let them all read.
-	select {
-	case <-inside:
-	case <-ctx.Done():
-		t.Fatal("no mirror run took its lock")
-	}
-	time.Sleep(200 * time.Millisecond)
-	close(release)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		if err != nil {
 			t.Errorf("mirror run: %v", err)
+		}
+	}
+}
+
+// One plan's mirror lock keeps a second writer out while it is held, and lets the next
+// one in once released; a lock whose holder died (it never deletes its row: the same to
+// Postgres as a process killed) keeps writers out until it expires, and not after.
+func TestMirrorLockKeepsOneWriter(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pool := poolOf(ctx, t, 4)
+	st := queue.NewStore(pool, nil, queue.Config{})
+	try := func(plan string) (locked, ran bool) {
+		t.Helper()
+		locked, err := st.WithMirrorLock(ctx, plan, func(context.Context) error { ran = true; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return locked, ran
+	}
+	locked, err := st.WithMirrorLock(ctx, "plan", func(ctx context.Context) error {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > queue.MirrorLockTTL {
+			t.Errorf("the holder's context ends at %v (set: %v); want within %v, before its lock expires", dl, ok, queue.MirrorLockTTL)
+		}
+		if locked, ran := try("plan"); locked || ran {
+			t.Errorf("a second writer while the lock is held: locked %v, ran %v; want neither", locked, ran)
+		}
+		return nil
+	})
+	if err != nil || !locked {
+		t.Fatalf("first writer: locked %v, %v", locked, err)
+	}
+	if locked, ran := try("plan"); !locked || !ran {
+		t.Errorf("the next writer once the lock was released: locked %v, ran %v; want both", locked, ran)
+	}
+	for _, c := range []struct {
+		expires string
+		want    bool
+	}{{"now() + interval '1 minute'", false}, {"now() - interval '1 second'", true}} {
+		if _, err := pool.Exec(ctx, `INSERT INTO github_mirror_locks (plan_id, holder, expires_at)
+			VALUES ('dead', gen_random_uuid(), `+c.expires+`)
+			ON CONFLICT (plan_id) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at`); err != nil {
+			t.Fatal(err)
+		}
+		if locked, ran := try("dead"); locked != c.want || ran != c.want {
+			t.Errorf("a dead holder's lock that expires at %s: locked %v, ran %v; want %v", c.expires, locked, ran, c.want)
 		}
 	}
 }
@@ -74,18 +111,4 @@ func poolOf(ctx context.Context, t *testing.T, n int32) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
-}
-
-// A pool of one connection cannot hold a mirror lock and read: the mirror says so at once
-// instead of waiting for ever.
-func TestMirrorLockRefusesAPoolOfOne(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pool := poolOf(ctx, t, 1)
-	ran := false
-	locked, err := queue.NewStore(pool, nil, queue.Config{}).WithMirrorLock(ctx, "plan", func() error { ran = true; return nil })
-	if err == nil || locked || ran || !strings.Contains(err.Error(), "at least 2 connections") {
-		t.Fatalf("WithMirrorLock on a pool of one = %v, %v (ran %v); want a refusal that names the pool size", locked, err, ran)
-	}
 }

@@ -94,8 +94,6 @@ type Store struct {
 	handoffs    *group[handoffKey, handoff, handedOff]
 	starts      *group[string, Lease, TaskInfo] // start.go
 
-	// mirrorLocks holds a token for each mirror lock held (WithMirrorLock).
-	mirrorLocks chan struct{}
 	// workerConns holds a token for each connection the hot paths hold (batchTx).
 	workerConns chan struct{}
 }
@@ -110,7 +108,6 @@ func NewStore(pool *pgxpool.Pool, log *slog.Logger, cfg Config) *Store {
 	s.completions = &group[string, completion, TaskInfo]{max: maxBatch, run: s.completeBatch}
 	s.handoffs = &group[handoffKey, handoff, handedOff]{max: maxBatch, run: s.handoffBatch}
 	s.starts = &group[string, Lease, TaskInfo]{max: maxBatch, run: s.startBatch}
-	s.mirrorLocks = make(chan struct{}, mirrorLockSlots(pool.Config().MaxConns))
 	s.workerConns = make(chan struct{}, workerConnSlots(pool.Config().MaxConns))
 	return s
 }
