@@ -259,7 +259,7 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store, jobs *river.
 			}
 			return nil
 		},
-		queues:     map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: queue.GitHubWorkers}},
+		queues:     queue.GitHubQueues(),
 		schedules:  schedules,
 		routes:     map[string]http.Handler{"/webhook": hook},
 		workspaces: parts.Workspaces.Workspace,

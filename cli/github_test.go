@@ -69,8 +69,10 @@ func TestGitHubExtensionIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 		ext.schedules[1].Name != ghapp.KindRevokePushTokens {
 		t.Errorf("%d River periodic jobs and schedules %+v; want the reconciler and the push token sweep scheduled by the process", len(periodic), ext.schedules)
 	}
-	if _, ok := ext.queues[queue.QueueGitHub]; !ok {
-		t.Errorf("queues %v do not include %s", ext.queues, queue.QueueGitHub)
+	for _, q := range []string{queue.QueueGitHub, queue.QueueGitHubIntake} {
+		if _, ok := ext.queues[q]; !ok {
+			t.Errorf("queues %v do not include %s", ext.queues, q)
+		}
 	}
 	// Without WHILLY_DISPATCH_ACTIONS no dispatch worker is registered; with it, one is.
 	if err := river.AddWorkerSafely(w, ghapp.NewDispatcher(st, nil, nil, ghapp.DispatchConfig{}).Worker()); err != nil {

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
 	"github.com/whilly-go/whilly/internal/testkit"
@@ -464,5 +467,35 @@ func TestFailedPlannerIsChargedToThePlan(t *testing.T) {
 	}
 	if body := e.statusComments(); len(body) != 1 || !strings.Contains(body[0].Body, "planner agent failed") {
 		t.Errorf("the status comment should say the planner failed: %+v", body)
+	}
+}
+
+// Deliveries wait in a queue of their own, not behind the mirror's and the revocations'
+// jobs; a delivery an older version left in the github queue is still worked there.
+func TestDeliveriesHaveTheirOwnQueueAndOldOnesAreStillWorked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	e.intake()
+	e.idle()
+	var q string
+	if err := e.pool.QueryRow(e.ctx, `SELECT queue FROM river_job WHERE kind = $1`, queue.KindGitHubDelivery).Scan(&q); err != nil || q != queue.QueueGitHubIntake {
+		t.Fatalf("the delivery's job is in queue %q (%v), want %s", q, err, queue.QueueGitHubIntake)
+	}
+	body := "/whilly budget 7"
+	id := e.gh.AddComment(repoName, issueNum, admin, body)
+	payload := e.payload("issue_comment", "created", map[string]any{
+		"comment.body": body, "comment.id": id, "comment.user.login": admin, "sender.login": admin,
+	})
+	stored, err := e.store.RecordDelivery(e.ctx, queue.Delivery{ID: "left-by-an-older-version", Event: "issue_comment", Action: "created",
+		InstallationID: instID, Payload: payload}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := e.river.InsertTx(ctx, tx, queue.GitHubDeliveryArgs{DeliveryID: "left-by-an-older-version"}, &river.InsertOpts{Queue: queue.QueueGitHub})
+		return err
+	})
+	if err != nil || !stored {
+		t.Fatalf("store the old delivery: %v, %v", stored, err)
+	}
+	e.idle()
+	if b := e.plan().Budget; b == nil || *b != 7_000_000 {
+		t.Errorf("after the old delivery's /whilly budget 7 the budget is %v, want 7", b)
 	}
 }

@@ -124,11 +124,12 @@ func newEnv(t testing.TB, o envOptions) *env {
 	workers := river.NewWorkers()
 	cfg := &river.Config{
 		Logger: log, Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-		Queues:      map[string]river.QueueConfig{queue.QueueGitHub: {MaxWorkers: queue.GitHubWorkers}, triz.QueueName: {MaxWorkers: 2}},
+		Queues:      queue.GitHubQueues(),
 		JobTimeout:  time.Minute,
 		TestOnly:    true,
 		MaxAttempts: 25,
 	}
+	cfg.Queues[triz.QueueName] = river.QueueConfig{MaxWorkers: 2}
 	if o.noRiver {
 		cfg.Queues = nil
 	}

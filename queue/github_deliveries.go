@@ -27,8 +27,10 @@ type GitHubDeliveryArgs struct {
 // Kind implements river.JobArgs.
 func (GitHubDeliveryArgs) Kind() string { return KindGitHubDelivery }
 
-// InsertOpts puts deliveries in the GitHub queue.
-func (GitHubDeliveryArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: QueueGitHub} }
+// InsertOpts puts deliveries in their own queue (QueueGitHubIntake).
+func (GitHubDeliveryArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueGitHubIntake}
+}
 
 // Delivery is one webhook delivery as received (X-GitHub-Delivery, X-GitHub-Event).
 type Delivery struct {

@@ -9,18 +9,43 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// QueueGitHub is the River queue of every GitHub job (deliveries, mirroring, dispatch,
-// reconciling, delivery polling). Only control planes configured with the App work it,
-// so a `whilly run`, `dashboard` or `bench` process — whose River client knows no GitHub
-// job kinds — never takes one and fails it as "not registered". Persisted: never rename.
+// QueueGitHub is the River queue of the GitHub jobs other than deliveries (mirroring,
+// push-token revocation, dispatch, reconciling, delivery polling). Only control planes
+// configured with the App work it (GitHubQueues), so a `whilly run`, `dashboard` or
+// `bench` process — whose River client knows no GitHub job kinds — never takes one and
+// fails it as "not registered". Persisted: never rename. It held the deliveries too,
+// before QueueGitHubIntake: a control plane still works those it finds there.
 const QueueGitHub = "github"
 
-// GitHubWorkers is how many jobs of QueueGitHub a control plane works at once. Its jobs
-// mostly wait on GitHub; with 10, bench scale's deliveries queued behind mirror runs
-// (label→👀 p50 0.7–0.8 s, p99 1.9–2.6 s, over two runs); with 24, p50 0.21 s and p99
-// 0.43 s in one run. Mirror runs hold at most (pool size − 1)/2 connections
-// (WithMirrorLock), so the claims keep theirs.
-const GitHubWorkers = 24
+// QueueGitHubIntake is the River queue of webhook deliveries (labelled issues, commands),
+// worked like QueueGitHub only by control planes with the App. It is a queue of its own
+// so that a labelled issue never waits for a slot behind the mirror and the revocations,
+// whose jobs wait on GitHub as long as GitHub takes: with a fake GitHub answering in
+// 100 ms, bench scale's deliveries waited 267 ms at the median (p90 548 ms) for one of
+// QueueGitHub's slots. Persisted: never rename.
+const QueueGitHubIntake = "github_intake"
+
+// GitHubWorkers and GitHubIntakeWorkers are how many jobs of QueueGitHub and of
+// QueueGitHubIntake a control plane works at once. Their jobs mostly wait on GitHub, and
+// hold a connection only while they read or write the store, not during their GitHub
+// calls (WithMirrorLock). With 10 for both kinds, bench scale's deliveries queued behind
+// mirror runs (label→👀 p50 0.7–0.8 s, p99 1.9–2.6 s, over two runs); with 24, p50
+// 0.21 s and p99 0.43 s in one run. 48 deliveries at once cut label→👀 p99 from 786 to
+// 485 ms with a GitHub answering in 100 ms, but with one answering at once they shared
+// the few connections the workers leave (queue.Store's worker slots) 48 ways:
+// label→first claim p50 231 ms against 63.
+const (
+	GitHubWorkers       = 24
+	GitHubIntakeWorkers = 24
+)
+
+// GitHubQueues are the River queues a control plane with the App works.
+func GitHubQueues() map[string]river.QueueConfig {
+	return map[string]river.QueueConfig{
+		QueueGitHub:       {MaxWorkers: GitHubWorkers},
+		QueueGitHubIntake: {MaxWorkers: GitHubIntakeWorkers},
+	}
+}
 
 // Schedule is a periodic job that each control plane configured for it enqueues by
 // itself, instead of leaving it to River's leader, which may be a process that does not
