@@ -102,7 +102,8 @@ type mirrorWorker struct {
 	m *Mirror
 }
 
-func (w *mirrorWorker) Timeout(*river.Job[MirrorArgs]) time.Duration { return 2 * time.Minute }
+// Timeout is the lock's own limit: a run never outlives the lock it holds.
+func (w *mirrorWorker) Timeout(*river.Job[MirrorArgs]) time.Duration { return queue.MirrorLockTTL }
 
 func (w *mirrorWorker) Work(ctx context.Context, job *river.Job[MirrorArgs]) error {
 	m, planID := w.m, job.Args.PlanID

@@ -433,17 +433,10 @@ func (l *load) firstClaims() []time.Duration {
 func (l *load) eyes() ([]time.Duration, error) {
 	at := map[string]time.Time{}
 	for _, r := range l.e.github.Requests() {
-		if r.Method != http.MethodPost || r.Status >= 300 || !strings.HasSuffix(r.Path, "/reactions") {
-			continue
-		}
-		// /repos/OWNER/NAME/issues/N/reactions
-		parts := strings.Split(strings.TrimPrefix(r.Path, "/repos/"), "/")
-		if len(parts) != 5 || parts[2] != "issues" {
-			continue
-		}
-		ref := parts[0] + "/" + parts[1] + "#" + parts[3]
-		if _, seen := at[ref]; !seen {
-			at[ref] = r.At
+		if ref, ok := issuePost(r, "reactions"); ok {
+			if _, seen := at[ref]; !seen {
+				at[ref] = r.At
+			}
 		}
 	}
 	l.mu.Lock()
@@ -458,6 +451,16 @@ func (l *load) eyes() ([]time.Duration, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// issuePost says which issue a request the fake answered with a 2xx was made on, when it
+// was a POST /repos/OWNER/NAME/issues/N/<what>: OWNER/NAME#N.
+func issuePost(r fakegithub.GitHubRequest, what string) (string, bool) {
+	parts := strings.Split(strings.TrimPrefix(r.Path, "/repos/"), "/")
+	if r.Method != http.MethodPost || r.Status >= 300 || len(parts) != 5 || parts[2] != "issues" || parts[4] != what {
+		return "", false
+	}
+	return parts[0] + "/" + parts[1] + "#" + parts[3], true
 }
 
 // planIDs are the plans the intake made, for close to delete.

@@ -226,10 +226,8 @@ func (l *load) waitDone(ctx context.Context, limit time.Duration, res *ScaleResu
 func (l *load) doneLags(ctx context.Context) ([]time.Duration, error) {
 	labelled := map[string]time.Time{} // issue ref → its last label added
 	for _, r := range l.e.github.Requests() {
-		// POST /repos/OWNER/NAME/issues/N/labels
-		parts := strings.Split(strings.TrimPrefix(r.Path, "/repos/"), "/")
-		if r.Method == http.MethodPost && r.Status < 300 && len(parts) == 5 && parts[2] == "issues" && parts[4] == "labels" {
-			labelled[parts[0]+"/"+parts[1]+"#"+parts[3]] = r.At
+		if ref, ok := issuePost(r, "labels"); ok {
+			labelled[ref] = r.At
 		}
 	}
 	refs := make([]string, len(l.issues))
