@@ -394,6 +394,19 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	// The issue's labels are read while the sender's permission is, one round trip to
+	// GitHub instead of two before the 👀; they are wasted only on a refusal or a duplicate.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type labelsRead struct {
+		labels []string
+		err    error
+	}
+	read := make(chan labelsRead, 1)
+	go func() {
+		labels, err := c.IssueLabels(ctx, req.Ref)
+		read <- labelsRead{labels, err}
+	}()
 	if req.CheckPermission {
 		perm, err := c.Permission(ctx, req.Ref.Repo, req.Sender)
 		if err != nil {
@@ -426,9 +439,10 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 	case queue.IntakeStarted:
 	}
 
-	labels, err := c.IssueLabels(ctx, req.Ref)
-	if err != nil {
-		return Result{}, err
+	r := <-read
+	labels := r.labels
+	if r.err != nil {
+		return Result{}, r.err
 	}
 	if !req.Explicit && !slices.Contains(labels, app.LabelPending) {
 		if err := s.store.AbandonIntake(ctx, ref, claim.Seq); err != nil {
