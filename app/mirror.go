@@ -37,8 +37,9 @@ type MirrorArgs struct {
 func (MirrorArgs) Kind() string { return KindMirror }
 
 // InsertOpts makes mirror jobs unique per plan in every state but completed, cancelled
-// and discarded: a change while a job waits or runs joins that job. Deliveries go first
-// (priority 2): intake is what a person who just labelled an issue waits for.
+// and discarded: a change while a job waits or runs joins that job. They come after
+// dispatch and reconciling (priority 2) and before push-token revocations (3);
+// deliveries have a queue of their own (queue.QueueGitHubIntake).
 func (MirrorArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       queue.QueueGitHub,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/whilly-go/whilly/queue"
 )
@@ -38,10 +39,11 @@ type RevokePushTokensArgs struct {
 func (RevokePushTokensArgs) Kind() string { return KindRevokePushTokens }
 
 // InsertOpts puts revocations in the GitHub queue, which only control planes with the
-// App work, behind deliveries (priority 2, as mirrors): a labelled issue waiting for
-// intake should not wait for the revocations of a busy plan's leases.
+// App work, behind the mirror's runs (priority 3 against 2): an issue waiting for its
+// state should not wait for the revocations of a busy plan's leases, whose tokens
+// expire within the hour anyway.
 func (RevokePushTokensArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: queue.QueueGitHub, MaxAttempts: 25, Priority: 2}
+	return river.InsertOpts{Queue: queue.QueueGitHub, MaxAttempts: 25, Priority: 3}
 }
 
 // sealer seals push tokens with AES-256-GCM under a key derived from the App's key.
@@ -160,33 +162,67 @@ func (p *PushTokens) RevokeEnded(ctx context.Context, planID string) (err error)
 
 // revokeEnded lists the ended leases' tokens a page at a time, until a page is not full:
 // a lease that ends after that list enqueues a job of its own (RevokeEnded), or is left
-// to the sweep.
+// to the sweep. A page's tokens are revoked on GitHub revokeAtOnce at a time, and those
+// revoked (or expired) are forgotten in one statement, also when another failed: the
+// first failure is the job's.
 func (p *PushTokens) revokeEnded(ctx context.Context, s *sealer, planID string) error {
 	for {
 		toks, err := p.store.EndedPushTokens(ctx, planID, revokePage)
 		if err != nil || len(toks) == 0 {
 			return err
 		}
-		for _, t := range toks {
-			if time.Now().Before(t.ExpiresAt) {
-				tok, err := s.open(t.Sealed)
-				if err == nil {
-					err = p.f.RevokeToken(ctx, tok)
+		done := make([]bool, len(toks))
+		var g errgroup.Group
+		g.SetLimit(revokeAtOnce)
+		for i, t := range toks {
+			g.Go(func() error {
+				if err := p.revoke(ctx, s, t); err != nil {
+					return err
 				}
-				if err != nil {
-					return fmt.Errorf("revoke the push token of lease %s of plan %s: %w", t.LeaseID, t.PlanID, err)
-				}
-			}
-			if err := p.store.DeletePushToken(ctx, t.LeaseID); err != nil {
-				return err
-			}
-			p.log.InfoContext(ctx, "push token revoked", "plan_id", t.PlanID, "task_id", t.TaskID, "lease_id", t.LeaseID)
+				done[i] = true
+				return nil
+			})
 		}
-		if len(toks) < revokePage {
-			return nil
+		failed := g.Wait()
+		var forget []string
+		for i, t := range toks {
+			if done[i] {
+				forget = append(forget, t.LeaseID)
+			}
+		}
+		if err := p.store.DeletePushTokens(ctx, forget); err != nil {
+			return err
+		}
+		for i, t := range toks {
+			if done[i] {
+				p.log.InfoContext(ctx, "push token revoked", "plan_id", t.PlanID, "task_id", t.TaskID, "lease_id", t.LeaseID)
+			}
+		}
+		if failed != nil || len(toks) < revokePage {
+			return failed
 		}
 	}
 }
+
+// revoke revokes an ended lease's token on GitHub, unless it expired.
+func (p *PushTokens) revoke(ctx context.Context, s *sealer, t queue.PushToken) error {
+	if !time.Now().Before(t.ExpiresAt) {
+		return nil
+	}
+	tok, err := s.open(t.Sealed)
+	if err == nil {
+		err = p.f.RevokeToken(ctx, tok)
+	}
+	if err != nil {
+		return fmt.Errorf("revoke the push token of lease %s of plan %s: %w", t.LeaseID, t.PlanID, err)
+	}
+	return nil
+}
+
+// revokeAtOnce is how many tokens a revocation job revokes at a time: each is a round trip
+// to GitHub, and a job one at a time held its River slot for a page's worth of them
+// (100 × 250 ms in bench scale --github-latency 250ms), ahead of the mirror's runs.
+const revokeAtOnce = 8
 
 // revokePage is how many tokens revokeEnded lists at once.
 const revokePage = 100

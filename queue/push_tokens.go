@@ -80,10 +80,14 @@ func (s *Store) MarkRevocation(ctx context.Context, planID string, waiting bool)
 	return nil
 }
 
-// DeletePushToken forgets the push token of a lease once it is revoked.
-func (s *Store) DeletePushToken(ctx context.Context, leaseID string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM push_tokens WHERE lease_id = $1`, leaseID); err != nil {
-		return fmt.Errorf("forget the push token of lease %s: %w", leaseID, err)
+// DeletePushTokens forgets the push tokens of leases once they are revoked, in one
+// statement.
+func (s *Store) DeletePushTokens(ctx context.Context, leaseIDs []string) error {
+	if len(leaseIDs) == 0 {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM push_tokens WHERE lease_id = ANY($1::uuid[])`, leaseIDs); err != nil {
+		return fmt.Errorf("forget the push tokens of %d leases: %w", len(leaseIDs), err)
 	}
 	return nil
 }
