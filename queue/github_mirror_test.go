@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +98,46 @@ func TestMirrorLockKeepsOneWriter(t *testing.T) {
 		if locked, ran := try("dead"); locked != c.want || ran != c.want {
 			t.Errorf("a dead holder's lock that expires at %s: locked %v, ran %v; want %v", c.expires, locked, ran, c.want)
 		}
+	}
+}
+
+// Many writers race for one plan's mirror lock at once, again and again: never two hold
+// it together, and it is taken every round (the upsert replaces only an expired holder;
+// a second upsert waits for the first's row and then finds it held).
+func TestMirrorLockRaceHasOneHolder(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := queue.NewStore(poolOf(ctx, t, 8), nil, queue.Config{})
+	const writers, rounds = 16, 20
+	var inside, most, taken atomic.Int32
+	for range rounds {
+		var wg sync.WaitGroup
+		for range writers {
+			wg.Go(func() {
+				locked, err := st.WithMirrorLock(ctx, "plan", func(context.Context) error {
+					n := inside.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					time.Sleep(time.Millisecond)
+					inside.Add(-1)
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+				if locked {
+					taken.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if most.Load() != 1 {
+		t.Errorf("%d writers held the lock at once, want 1", most.Load())
+	}
+	if taken.Load() < rounds {
+		t.Errorf("the lock was taken %d times in %d rounds, want at least once a round", taken.Load(), rounds)
 	}
 }
 
