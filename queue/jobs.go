@@ -127,28 +127,36 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 
 // NewInserter returns an insert-only River client over the store's pool: the webhook, the
 // intake and the store's hooks insert jobs through it, whether or not this process works
-// them. It notifies a queue of its inserts as often as the working client fetches
-// (FetchCooldown). It logs to the store's logger.
+// them. It notifies a queue of every insert that comes InsertNotifyCooldown or more after
+// the last one it notified. It logs to the store's logger.
 func NewInserter(store *Store) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{Logger: logging.Demote(store.log), FetchCooldown: FetchCooldown})
+	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{Logger: logging.Demote(store.log), FetchCooldown: InsertNotifyCooldown})
 	if err != nil {
 		return nil, fmt.Errorf("create the job inserter: %w", err)
 	}
 	return client, nil
 }
 
-// FetchCooldown is the least time between two fetches of a queue's jobs (NewRiver), and
-// between two notifications of a queue's inserts by one client (NewInserter): River's
-// client notifies a queue only when it has not done so within its own FetchCooldown.
-// River's default, 100 ms, put up to 100 ms between a webhook delivery's commit and the
-// start of its job — the intake, which reacts 👀 and imports the plan. In bench scale
-// (200 installations × 5 issues), label→👀 p50 was 203–239 ms over three runs with
-// 100 ms and 158–178 ms over three with 20 ms for the fetches; the inserter kept River's
-// default until later, and a delivery's job then waited p50 41 ms for a fetch on a
-// lightly loaded control plane (10–13 ms with 20 ms). A fetch is one query, and only
-// runs while jobs arrive (insert notifications); idle, River polls as before
-// (FetchPollInterval).
+// FetchCooldown is the least time between two fetches of a queue's jobs (NewRiver; the
+// deliveries' queue has its own, GitHubQueues). River's default, 100 ms, put up to
+// 100 ms between a webhook delivery's commit and the start of its job — the intake, which
+// reacts 👀 and imports the plan. In bench scale (200 installations × 5 issues),
+// label→👀 p50 was 203–239 ms over three runs with 100 ms and 158–178 ms over three with
+// 20 ms. A fetch is one query, and only runs while jobs arrive (insert notifications);
+// idle, River polls as before (FetchPollInterval).
 const FetchCooldown = 20 * time.Millisecond
+
+// InsertNotifyCooldown is how long the inserter (NewInserter) stays silent about a
+// queue's inserts after it notified the queue of one: River's client sends no
+// notification for an insert within its FetchCooldown of the last, and the workers then
+// fetch that job only when something else makes them (another notification, or their
+// poll, once a second). With 20 ms, a burst of webhook deliveries a few milliseconds apart
+// — a maintainer labelling several issues at once — started its first job in 3 ms and the
+// others 0.55–0.69 s later, at the poll (TestABurstOfDeliveriesStartsAtOnce). River's
+// least, 1 ms, notifies each of them; only inserts that commit within the same
+// millisecond can still miss the fetch, and the deliveries' queue polls often enough to
+// bound that (GitHubQueues). A notification is a NOTIFY in the inserting transaction.
+const InsertNotifyCooldown = time.Millisecond
 
 // uniqueFor keeps at most one pending periodic job per period, however many leaders
 // came and went.
