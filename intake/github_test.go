@@ -199,6 +199,43 @@ func TestServerErrorIsRetried(t *testing.T) {
 	}
 }
 
+// The 👀 goes to GitHub while the plan is persisted, off the way to the first claim: the
+// plan exists before the reaction is there. A reaction that fails is tried again with
+// the delivery's job, which finds the plan persisted and only reacts and finishes: one
+// plan, one 👀, the delivery planned.
+func TestTheEyesAreTriedAgainAfterThePlanIsPersisted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	reactions := `/repos/Codertocat/Hello-World/issues/1/reactions`
+	e.gh.Fail(testkit.Fault{Method: "POST", Path: reactions, Status: http.StatusBadGateway, Times: 1})
+	pi := e.intake()
+	e.idle()
+	if got := e.gh.IssueReactions(repoName, issueNum); !slices.Equal(got, []string{app.ReactionEyes}) {
+		t.Errorf("reactions = %v, want one 👀", got)
+	}
+	var reacted time.Time
+	for _, r := range e.gh.Requests() {
+		if r.Method == "POST" && r.Path == reactions && r.Status < 300 {
+			reacted = r.At
+		}
+	}
+	evs, err := e.store.Events(e.ctx, queue.EventFilter{PlanID: pi.ID})
+	if err != nil || len(evs) == 0 || evs[0].Type != queue.EventPlanCreated {
+		t.Fatalf("first event of the plan = %v (%v), want plan.created", evs, err)
+	}
+	if reacted.IsZero() || !evs[0].CreatedAt.Before(reacted) {
+		t.Errorf("the plan was created at %v and the 👀 accepted at %v; want the plan first", evs[0].CreatedAt, reacted)
+	}
+	var plans int
+	var outcome string
+	if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM plans WHERE github_issue_ref = $1`, issueRef).Scan(&plans); err != nil || plans != 1 {
+		t.Errorf("%d plans of the issue (%v), want 1", plans, err)
+	}
+	if err := e.pool.QueryRow(e.ctx, `SELECT outcome FROM webhook_deliveries WHERE event = 'issues'`).Scan(&outcome); err != nil || !strings.HasPrefix(outcome, "planned") {
+		t.Errorf("delivery outcome = %q (%v), want planned …", outcome, err)
+	}
+}
+
 func TestReadOnlyUsersCancelChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-github/v62/github"
@@ -432,7 +433,11 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 		return Result{Outcome: "duplicate: intake of plan " + claim.PlanID + " under way", PlanID: claim.PlanID}, nil
 	case queue.IntakeResumed:
 		if _, err := s.store.GetPlan(ctx, claim.PlanID); err == nil {
-			// Persisted before the last try stopped; only the bookkeeping is left.
+			// Persisted before the last try stopped, perhaps before its 👀 was there (a
+			// repeated reaction is GitHub's no-op): only those and the bookkeeping are left.
+			if err := c.React(ctx, req.Ref, app.ReactionEyes); err != nil {
+				return Result{}, err
+			}
 			out, err := s.finish(ctx, ref, claim, queue.IntakePlanned, "", nil, "planned "+claim.PlanID)
 			return Result{Outcome: out, PlanID: claim.PlanID, Planned: err == nil}, err
 		}
@@ -450,9 +455,13 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 		}
 		return Result{Outcome: "stale: whilly-pending is no longer on the issue"}, nil
 	}
-	if err := c.React(ctx, req.Ref, app.ReactionEyes); err != nil {
-		return Result{}, err
-	}
+	// The 👀 goes to GitHub while the plan is built and persisted, so that its round trip
+	// is not on the way to the first claim. The intake neither finishes nor answers that
+	// it needs information until the 👀 is there: a reaction that failed is tried again
+	// with the job, which finds the plan persisted (IntakeResumed).
+	reacted := make(chan error, 1)
+	go func() { reacted <- c.React(ctx, req.Ref, app.ReactionEyes) }()
+	acked := sync.OnceValue(func() error { return <-reacted })
 
 	issue, hidden := visibleIssue(req.Issue)
 	built, cost := s.build(ctx, issue, claim.PlanID)
@@ -461,11 +470,11 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 			"): whilly plans and prompts only from what is visible on the page."}, built.Notes...)
 	}
 	if len(built.Invalid) > 0 {
-		out, err := s.needsInfo(ctx, c, req.Ref, labels, claim, built, needsInfoBlock(built.Invalid))
+		out, err := s.needsInfo(ctx, acked, c, req.Ref, labels, claim, built, needsInfoBlock(built.Invalid))
 		return Result{Outcome: out}, err
 	}
 	if missing := Rejected(built.Plan); missing != nil {
-		out, err := s.needsInfo(ctx, c, req.Ref, labels, claim, built, needsInfoGate(missing, built.Source))
+		out, err := s.needsInfo(ctx, acked, c, req.Ref, labels, claim, built, needsInfoGate(missing, built.Source))
 		return Result{Outcome: out}, err
 	}
 	opts := queue.ImportOptions{GitHubIssueRef: ref, InstallationID: req.InstallationID}
@@ -476,7 +485,7 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		var ve *plan.ValidationError
 		if errors.As(err, &ve) {
-			out, err := s.needsInfo(ctx, c, req.Ref, labels, claim, built, needsInfoBlock(problemLines(ve)))
+			out, err := s.needsInfo(ctx, acked, c, req.Ref, labels, claim, built, needsInfoBlock(problemLines(ve)))
 			return Result{Outcome: out}, err
 		}
 		return Result{}, err
@@ -485,6 +494,9 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 		if err := s.store.Charge(ctx, built.Plan.ID, cost, "planner", map[string]any{"issue": ref}); err != nil {
 			return Result{}, err
 		}
+	}
+	if err := acked(); err != nil {
+		return Result{}, err
 	}
 	out, err := s.finish(ctx, ref, claim, queue.IntakePlanned, built.Source, built.Notes,
 		fmt.Sprintf("planned %s: %d tasks, %d skipped by the gate", built.Plan.ID, len(built.Plan.Tasks), res.Skipped))
@@ -600,9 +612,12 @@ func oneLine(s string) string {
 	return s
 }
 
-// needsInfo labels the issue whilly-needs-info and explains why; the intake ends
-// without a plan.
-func (s *Service) needsInfo(ctx context.Context, c app.Client, ref app.IssueRef, labels []string, claim queue.IntakeClaim, built Built, body string) (string, error) {
+// needsInfo labels the issue whilly-needs-info and explains why, once its 👀 is there
+// (acked); the intake ends without a plan.
+func (s *Service) needsInfo(ctx context.Context, acked func() error, c app.Client, ref app.IssueRef, labels []string, claim queue.IntakeClaim, built Built, body string) (string, error) {
+	if err := acked(); err != nil {
+		return "", err
+	}
 	if err := s.mirror.SetStateLabel(ctx, c, ref, app.LabelNeedsInfo, labels); err != nil {
 		return "", err
 	}
