@@ -19,7 +19,7 @@ type HooksConfig struct {
 // Hooks returns the GitHub side's store hooks. On every change of a plan, in its
 // transaction, the store has marked a GitHub plan's mirror dirty (queue.ChangedPlan);
 // the hook inserts what that calls for: the mirror's job when none waits (most changes
-// of a busy plan need none), the revocation of the push tokens of ended leases when none
+// of a busy plan need none) or the plan has ended (its final sync, at once), the revocation of the push tokens of ended leases when none
 // waits either, and a new plan's start dispatch. They need only the job inserter, not the
 // store: the store is built with them, before anything that uses it (one store, hooks
 // fixed at construction).
@@ -35,10 +35,10 @@ func Hooks(jobs Jobs, cfg HooksConfig) queue.Hooks {
 				return err
 			}
 		}
-		if !c.MirrorDue {
+		if !c.MirrorDue && !c.Final {
 			return nil
 		}
-		if _, err := jobs.InsertTx(ctx, tx, MirrorArgs{PlanID: c.PlanID}, nil); err != nil {
+		if _, err := jobs.InsertTx(ctx, tx, MirrorArgs{PlanID: c.PlanID, Final: c.Final}, nil); err != nil {
 			return fmt.Errorf("enqueue mirror of plan %s: %w", c.PlanID, err)
 		}
 		return nil

@@ -27,10 +27,15 @@ const KindMirror = "whilly.github_mirror"
 // MirrorArgs names the plan to mirror. Jobs are unique per plan while waiting or
 // running, which is what coalesces a busy plan's changes into few edits. Verify makes
 // the job read the issue's labels and comment back from GitHub and repair any drift
-// (the reconciler); otherwise it trusts what it last wrote.
+// (the reconciler); otherwise it trusts what it last wrote. Final is the sync of a plan
+// that has ended (DONE, FAILED or CANCELLED): it does not wait for the plan's turn
+// (interval), and is unique beside the plan's paced job, which may be waiting for its
+// turn already and then finds nothing left to write. (A false Final is left out of the
+// args, so the paced job's unique key is what it always was.)
 type MirrorArgs struct {
 	PlanID string `json:"plan_id" river:"unique"`
 	Verify bool   `json:"verify,omitempty"`
+	Final  bool   `json:"final,omitempty" river:"unique"`
 }
 
 // Kind implements river.JobArgs.
@@ -115,7 +120,7 @@ func (w *mirrorWorker) Work(ctx context.Context, job *river.Job[MirrorArgs]) err
 	if err != nil {
 		return err
 	}
-	if !job.Args.Verify && st.SyncedAt != nil {
+	if !job.Args.Verify && !job.Args.Final && st.SyncedAt != nil {
 		interval, err := m.interval(ctx, planID)
 		if err != nil {
 			return err

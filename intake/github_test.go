@@ -97,6 +97,29 @@ func TestWorkersRunThePlanToDoneAndTheCommentSaysSo(t *testing.T) {
 	}
 }
 
+// The mirror paces a plan's syncs (at most one per its share of the installation's
+// syncs a minute, or the coalescing), but an ended plan is told at once: with 30 s
+// between syncs, the issue says whilly-done within seconds of the last task, not at the
+// paced job's next turn; its one status comment says done, and the paced job, when its
+// turn comes, finds nothing left to write.
+func TestAnEndedPlanIsToldAtOnceWhateverThePacing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{coalesce: 30 * time.Second})
+	pi := e.intake()
+	w := e.worker("w1")
+	if !e.runTask(w, pi.ID, "0.05", false) {
+		t.Fatal("no first task to run")
+	}
+	time.Sleep(time.Second) // the paced job takes the change and waits for its turn
+	for e.runTask(w, pi.ID, "0.05", false) {
+	}
+	// Well within the 30 s the paced job waits for its turn.
+	testkit.Eventually(t, 10*time.Second, "whilly-done on the issue, with its comment", func() bool {
+		l, cs := e.stateLabels(), e.statusComments()
+		return len(l) == 1 && l[0] == app.LabelDone && len(cs) == 1 && strings.Contains(cs[0].Body, "**2/2** tasks finished")
+	})
+}
+
 func TestFiftyDuplicateConcurrentDeliveriesMakeOnePlanOneSwapOneComment(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})

@@ -18,6 +18,9 @@ type ChangedPlan struct {
 	// RevokeDue: a lease of the plan that holds a push token has ended, and no revocation
 	// job is known to wait for the plan (github_mirror.revoke_at): the hook inserts one.
 	RevokeDue bool
+	// Final: … and the plan is DONE, FAILED or CANCELLED after this change: the hook
+	// inserts the sync that tells the issue at once, whatever the mirror's pacing.
+	Final bool
 }
 
 // mirrorJobLost is how long a mirror job is trusted to wait or run before a change
@@ -43,7 +46,9 @@ const revokeDue = `CASE WHEN (gm.revoke_at IS NULL OR gm.revoke_at < now() - int
 // transaction begun in the same microsecond at worst marks a plan twice, which costs a
 // mirror run that writes nothing). For a plan tied to an issue it bumps the mirror's
 // version (creating the row on the plan's first change) and says whether a mirror job
-// is due, and whether a revocation of its ended leases' push tokens is (revokeDue). A
+// is due, whether a revocation of its ended leases' push tokens is (revokeDue), and
+// whether the plan has ended (its status as the transaction left it: run it after the
+// plan is settled). A
 // plan without a mirror row before this change — one without an issue (push tokens are
 // minted for issue plans only), or an issue plan's first change — is told to revoke
 // whenever a token of an ended lease exists, as before revoke_at: the row it creates has
@@ -70,7 +75,8 @@ const markChangedSQL = `WITH p AS (
 		CASE WHEN gm.xmax <> 0 THEN coalesce(gm.revoke_at = now(), false) END AS revoke
 )
 SELECT p.id, m.plan_id IS NOT NULL, coalesce(m.fresh, false), coalesce(m.due, false),
-	coalesce(m.revoke, EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = p.id AND ` + leaseEnded + `))
+	coalesce(m.revoke, EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = p.id AND ` + leaseEnded + `)),
+	m.plan_id IS NOT NULL AND EXISTS (SELECT 1 FROM plans x WHERE x.id = p.id AND x.status IN ('DONE', 'FAILED', 'CANCELLED'))
 FROM p LEFT JOIN m ON m.plan_id = p.id ORDER BY p.id`
 
 // touched names what a transaction may have changed: plans for certain, and tasks of a
@@ -93,7 +99,7 @@ func scanChanges(rows pgx.Rows, err error) ([]ChangedPlan, error) {
 	}
 	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ChangedPlan, error) {
 		var c ChangedPlan
-		err := r.Scan(&c.PlanID, &c.Dirty, &c.Fresh, &c.MirrorDue, &c.RevokeDue)
+		err := r.Scan(&c.PlanID, &c.Dirty, &c.Fresh, &c.MirrorDue, &c.RevokeDue, &c.Final)
 		return c, err
 	})
 	if err != nil {

@@ -114,7 +114,7 @@ func (s *Store) batchTx(ctx context.Context, b *pgx.Batch, t touched, locked boo
 		full.Queue(lockPlanSQL, t.plan)
 	}
 	full.QueuedQueries = append(full.QueuedQueries, b.QueuedQueries...)
-	if hooked {
+	if hooked && !locked { // a batch that may settle its plan marks it after (ChangedPlan.Final)
 		full.Queue(markChangedSQL, t.args()...)
 	}
 	br := conn.SendBatch(ctx, full)
@@ -129,7 +129,7 @@ func (s *Store) batchTx(ctx context.Context, b *pgx.Batch, t touched, locked boo
 		err = read(br)
 	}
 	var cs []ChangedPlan
-	if err == nil && hooked {
+	if err == nil && hooked && !locked {
 		cs, err = scanChanges(br.Query())
 	}
 	if cerr := br.Close(); err == nil {
@@ -138,6 +138,9 @@ func (s *Store) batchTx(ctx context.Context, b *pgx.Batch, t touched, locked boo
 	tx := openTx{conn: conn.Conn()}
 	if err == nil && locked {
 		err = settlePlan(ctx, tx, t.plan, status)
+	}
+	if err == nil && hooked && locked {
+		cs, err = scanChanges(tx.Query(ctx, markChangedSQL, t.args()...))
 	}
 	if err == nil && hooked {
 		err = s.planChanged(ctx, tx, cs)

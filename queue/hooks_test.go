@@ -112,6 +112,17 @@ func hookedStore(t testing.TB) (*queue.Store, *pgxpool.Pool) {
 		if err != nil || len(missing) > 0 {
 			t.Errorf("plans claimed without their mirror marked and enqueued: %v, %v", missing, err)
 		}
+		// Each plan that ended has its final sync enqueued, in whichever transaction ended
+		// it (a batch of completions, or a careful path).
+		rows, err = pool.Query(context.Background(), `SELECT DISTINCT e.plan_id FROM events e WHERE e.type IN ($2, $3, $4)
+			AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.kind = $1 AND j.args->>'plan_id' = e.plan_id AND j.args @> '{"final": true}')`,
+			app.MirrorArgs{}.Kind(), queue.EventPlanDone, queue.EventPlanFailed, queue.EventPlanCancelled)
+		if err == nil {
+			missing, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil || len(missing) > 0 {
+			t.Errorf("plans ended without their final sync enqueued: %v, %v", missing, err)
+		}
 	})
 	return queue.NewStore(pool, nil, queue.Config{Hooks: h}), pool
 }
