@@ -152,7 +152,7 @@ const FetchCooldown = 20 * time.Millisecond
 // fetch that job only when something else makes them (another notification, or their
 // poll, once a second). With 20 ms, a burst of webhook deliveries a few milliseconds apart
 // — a maintainer labelling several issues at once — started its first job in 3 ms and the
-// others 0.55–0.69 s later, at the poll (TestABurstOfDeliveriesStartsAtOnce). River's
+// others 0.5–0.8 s later, at the poll (TestABurstOfDeliveriesStartsAtOnce). River's
 // least, 1 ms, notifies each of them; only inserts that commit within the same
 // millisecond can still miss the fetch, and the deliveries' queue polls often enough to
 // bound that (GitHubQueues). A notification is a NOTIFY in the inserting transaction.

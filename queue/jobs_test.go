@@ -87,7 +87,7 @@ func (w *burstWorker) Work(_ context.Context, j *river.Job[burstArgs]) error {
 // Webhook deliveries come in bursts (a maintainer labels several issues at once), and
 // each job of a burst starts soon after it is committed, not at the workers' next poll,
 // once a second: with the inserter silent for 20 ms after a notification, the second to
-// fourth of deliveries 3 ms apart waited 0.50–0.82 s, in every round. Deliveries that
+// fourth of deliveries 3 ms apart waited 0.5–0.8 s, in every round. Deliveries that
 // commit together are covered by the deliveries' queue's poll (IntakePollInterval). The
 // control plane is the one serve runs: NewInserter, NewRiver with GitHubQueues.
 func TestABurstOfDeliveriesStartsAtOnce(t *testing.T) {
