@@ -15,6 +15,7 @@ import (
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/queue"
 )
 
 // ScaleOptions are the scale benchmark's knobs.
@@ -235,7 +236,7 @@ func (l *load) doneLags(ctx context.Context) ([]time.Duration, error) {
 		refs[i] = b.repo + "#" + strconv.Itoa(b.number)
 	}
 	rows, err := l.e.pool.Query(ctx, `SELECT p.github_issue_ref, e.created_at FROM events e JOIN plans p ON p.id = e.plan_id
-		WHERE p.github_issue_ref = ANY($1) AND e.type = 'plan.done'`, refs)
+		WHERE p.github_issue_ref = ANY($1) AND e.type = $2`, refs, queue.EventPlanDone)
 	if err != nil {
 		return nil, fmt.Errorf("read when the plans were done: %w", err)
 	}
