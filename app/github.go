@@ -298,6 +298,13 @@ func (e *StatusError) Error() string {
 // Temporary reports whether trying again later may succeed (a 5xx).
 func (e *StatusError) Temporary() bool { return e.Status >= 500 }
 
+// Permanent reports whether GitHub refused a call for good (a 4xx other than a rate
+// limit): trying again cannot help.
+func Permanent(err error) bool {
+	var se *StatusError
+	return errors.Is(err, ErrNotFound) || (errors.As(err, &se) && !se.Temporary())
+}
+
 // JobError turns an error of a GitHub call into what a River job returns: a rate limit
 // snoozes the job until the limit resets (not counted as an attempt); anything else is
 // returned as is and retried with backoff.

@@ -244,7 +244,7 @@ func (m *Mirror) sync(ctx context.Context, st queue.MirrorState, verify bool) (q
 		return queue.MirrorSync{}, err
 	}
 	pr, err := m.syncPull(ctx, c, ref, pi, tasks, st, rounds, verify)
-	if permanent(err) {
+	if Permanent(err) {
 		// GitHub refuses the pull request (no permission yet, nothing to compare …): the
 		// issue still gets its label and comment; the next change tries again.
 		m.log.WarnContext(ctx, "pull request not synced", "plan_id", pi.ID, "error", err)
@@ -265,13 +265,6 @@ func (m *Mirror) sync(ctx context.Context, st queue.MirrorState, verify bool) (q
 		}
 	}
 	return queue.MirrorSync{Version: st.Version, Label: want, BodySHA256: sum[:]}, nil
-}
-
-// permanent reports whether GitHub refused a call for good (a 4xx other than a rate
-// limit): trying again at once cannot help.
-func permanent(err error) bool {
-	var se *StatusError
-	return errors.Is(err, ErrNotFound) || (errors.As(err, &se) && !se.Temporary())
 }
 
 // SetStateLabel makes want the issue's only state label, given the labels it has (or

@@ -259,6 +259,27 @@ func TestTheEyesAreTriedAgainAfterThePlanIsPersisted(t *testing.T) {
 	}
 }
 
+// A 👀 that GitHub refuses for good (a locked issue answers 403) does not hold the
+// intake: the plan runs, the delivery is planned, and no job retries the reaction.
+func TestAnIssueThatRefusesTheEyesIsStillTakenIn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	reactions := `/repos/Codertocat/Hello-World/issues/1/reactions`
+	e.gh.Fail(testkit.Fault{Method: "POST", Path: reactions, Status: http.StatusForbidden})
+	pi := e.intake()
+	e.idle()
+	if got := e.gh.IssueReactions(repoName, issueNum); len(got) != 0 {
+		t.Errorf("reactions = %v, want none", got)
+	}
+	var outcome, state string
+	if err := e.pool.QueryRow(e.ctx, `SELECT outcome FROM webhook_deliveries WHERE event = 'issues'`).Scan(&outcome); err != nil || !strings.HasPrefix(outcome, "planned "+pi.ID) {
+		t.Errorf("delivery outcome = %q (%v), want planned %s …", outcome, err, pi.ID)
+	}
+	if err := e.pool.QueryRow(e.ctx, `SELECT state FROM github_intakes WHERE issue_ref = $1`, issueRef).Scan(&state); err != nil || state != queue.IntakePlanned {
+		t.Errorf("intake state = %q (%v), want %s", state, err, queue.IntakePlanned)
+	}
+}
+
 func TestReadOnlyUsersCancelChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})

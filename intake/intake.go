@@ -435,7 +435,7 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 		if _, err := s.store.GetPlan(ctx, claim.PlanID); err == nil {
 			// Persisted before the last try stopped, perhaps before its 👀 was there (a
 			// repeated reaction is GitHub's no-op): only those and the bookkeeping are left.
-			if err := c.React(ctx, req.Ref, app.ReactionEyes); err != nil {
+			if err := s.acknowledge(ctx, c, req.Ref); err != nil {
 				return Result{}, err
 			}
 			out, err := s.finish(ctx, ref, claim, queue.IntakePlanned, "", nil, "planned "+claim.PlanID)
@@ -460,7 +460,7 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 	// it needs information until the 👀 is there: a reaction that failed is tried again
 	// with the job, which finds the plan persisted (IntakeResumed).
 	reacted := make(chan error, 1)
-	go func() { reacted <- c.React(ctx, req.Ref, app.ReactionEyes) }()
+	go func() { reacted <- s.acknowledge(ctx, c, req.Ref) }()
 	acked := sync.OnceValue(func() error { return <-reacted })
 
 	issue, hidden := visibleIssue(req.Issue)
@@ -501,6 +501,18 @@ func (s *Service) Intake(ctx context.Context, req Request) (Result, error) {
 	out, err := s.finish(ctx, ref, claim, queue.IntakePlanned, built.Source, built.Notes,
 		fmt.Sprintf("planned %s: %d tasks, %d skipped by the gate", built.Plan.ID, len(built.Plan.Tasks), res.Skipped))
 	return Result{Outcome: out, PlanID: built.Plan.ID, Planned: err == nil}, err
+}
+
+// acknowledge puts the 👀 on the issue. GitHub may refuse it for good (a locked issue
+// answers 403): the 👀 is a courtesy, the label and the status comment still tell the
+// issue, so the intake goes on instead of being retried for days.
+func (s *Service) acknowledge(ctx context.Context, c app.Client, ref app.IssueRef) error {
+	err := c.React(ctx, ref, app.ReactionEyes)
+	if app.Permanent(err) {
+		s.log.WarnContext(ctx, "GitHub refused the 👀 on the issue; the intake goes on without it", "issue", ref.String(), "error", err)
+		return nil
+	}
+	return err
 }
 
 func (s *Service) finish(ctx context.Context, ref string, claim queue.IntakeClaim, state, source string, notes []string, outcome string) (string, error) {
