@@ -27,13 +27,28 @@ var chromeNames = []string{"chromium", "chromium-browser", "google-chrome", "goo
 // sharedBrowser starts one headless Chromium for every test of the package run.
 //
 // Package-level on purpose, like testkit's shared database server: the tests of one
-// binary share one browser, and sync.OnceValues makes it write-once. It is never
-// closed explicitly: the allocator's process dies with the test binary (chromedp kills
-// it when the context is cancelled, and the OS when the binary exits).
+// binary share one browser, and sync.OnceValues makes it write-once. TestMain closes it
+// once every test has run.
 var sharedBrowser = sync.OnceValues(startBrowser)
+
+// started is the browser sharedBrowser started, for TestMain to close (nil: none).
+var started *chrome
 
 type chrome struct {
 	ctx context.Context // the browser's root context; tabs derive from it
+	// close ends the browser and waits until its profile directory (a chromedp-runner
+	// directory in the temp directory, a few MB) is removed.
+	close func()
+}
+
+// TestMain closes the shared browser after the tests, which would otherwise leave its
+// profile directory behind at every run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if started != nil {
+		started.close()
+	}
+	os.Exit(code)
 }
 
 func findChrome() (string, bool) {
@@ -63,14 +78,21 @@ func startBrowser() (*chrome, error) {
 		// Chromium does so only with this feature; the GitHub sign-in must work either way.
 		chromedp.Flag("enable-features", "CookieSameSiteConsidersRedirectChain"),
 	)
-	alloc, _ := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, _ := chromedp.NewContext(alloc)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(alloc)
+	c := &chrome{ctx: ctx, close: func() {
+		_ = chromedp.Cancel(ctx) // closes the browser and waits for the allocator's clean-up
+		cancel()
+		cancelAlloc()
+	}}
 	// The first run starts the browser, which lives as long as the context of that run:
 	// no timeout on it.
 	if err := chromedp.Do(ctx); err != nil {
+		c.close()
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	return &chrome{ctx: ctx}, nil
+	started = c
+	return c, nil
 }
 
 var errNoBrowser = errors.New("no Chromium found on PATH (" + strings.Join(chromeNames, ", ") + ")")
