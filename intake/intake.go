@@ -126,9 +126,14 @@ type deliveryWorker struct {
 	s *Service
 }
 
-// Timeout leaves room for the planner agent.
+// Timeout leaves room for the planner agent when there is one. Without it, an intake is
+// a few GitHub calls and statements; River's default minute keeps a job whose process
+// died from waiting longer than queue.RescueAfter to be retried.
 func (w *deliveryWorker) Timeout(*river.Job[queue.GitHubDeliveryArgs]) time.Duration {
-	return 15 * time.Minute
+	if w.s.cfg.Planner != nil {
+		return 15 * time.Minute
+	}
+	return time.Minute
 }
 
 func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[queue.GitHubDeliveryArgs]) error {

@@ -113,11 +113,12 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}
 	maps.Copy(queues, cfg.Queues)
 	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{
-		Logger:        logging.Demote(log), // River's INFO lines are routine: DEBUG
-		FetchCooldown: FetchCooldown,
-		Queues:        queues,
-		Workers:       workers,
-		PeriodicJobs:  periodic,
+		Logger:               logging.Demote(log), // River's INFO lines are routine: DEBUG
+		FetchCooldown:        FetchCooldown,
+		RescueStuckJobsAfter: RescueAfter,
+		Queues:               queues,
+		Workers:              workers,
+		PeriodicJobs:         periodic,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create river client: %w", err)
@@ -136,6 +137,16 @@ func NewInserter(store *Store) (*river.Client[pgx.Tx], error) {
 	}
 	return client, nil
 }
+
+// RescueAfter is how long a job may run before River takes it for stuck and retries it:
+// its process was killed (SIGKILL, OOM, a lost node) and left it running in the table.
+// River's default is an hour, and unique jobs wait behind the stuck one: an issue
+// labelled while its intake died was not taken in for an hour, and a plan whose mirror
+// sync died had its issue frozen as long (TestAnIntakeCutShortBySIGKILLIsTakenInAgain).
+// A job whose worker has a longer Timeout is left running that long: the jobs that run
+// long on purpose (a planner agent, a TRIZ analysis) say so. River's leader looks for
+// stuck jobs every 30 s.
+const RescueAfter = 2 * time.Minute
 
 // FetchCooldown is the least time between two fetches of a queue's jobs (NewRiver; the
 // deliveries' queue has its own, GitHubQueues). River's default, 100 ms, put up to
