@@ -15,11 +15,12 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// A `whilly serve` SIGKILLed in the middle of an intake leaves the delivery's River job
-// running in the database, and River retries a running job only once it takes it for
-// stuck: the next `whilly serve` takes the issue in within a few minutes
-// (queue.RescueAfter), not River's default hour, and makes one plan of it.
-func TestAnIntakeCutShortBySIGKILLIsTakenInAgain(t *testing.T) {
+// A `whilly serve` SIGKILLed in the middle of an intake — the plan persisted, the 👀 not
+// yet on GitHub — leaves the delivery's River job running in the database, and River
+// retries a running job only once it takes it for stuck. The next `whilly serve`
+// finishes the intake and tells the issue within a few minutes (queue.RescueAfter), not
+// River's default hour: one plan, one 👀, the delivery planned.
+func TestAnIntakeCutShortBySIGKILLIsFinishedAgain(t *testing.T) {
 	t.Parallel()
 	const repo = "Codertocat/Hello-World"
 	const body = "- [ ] Fix the spelling of commit in README.md\n\n## Acceptance criteria\n- README.md spells commit right\n\n## Test steps\n- grep -c commmit README.md\n"
@@ -27,6 +28,9 @@ func TestAnIntakeCutShortBySIGKILLIsTakenInAgain(t *testing.T) {
 	gh.Install(77, repo)
 	gh.SetPermission(repo, "Codertocat", "admin")
 	gh.AddIssue(repo, 1, "Spelling", body, "Codertocat", ghapp.LabelPending)
+	// The 👀 stalls until the kill (and fails after it: closing the fake waits for it).
+	gh.Fail(testkit.Fault{Method: "POST", Path: `/repos/` + repo + `/issues/1/reactions`, Status: http.StatusBadGateway,
+		Times: 1, Delay: 30 * time.Second})
 	secret := []byte("s")
 	c := newCluster(t,
 		"WHILLY_GITHUB_APP_ID="+strconv.FormatInt(gh.AppID, 10), "WHILLY_GITHUB_PRIVATE_KEY="+string(gh.KeyPEM),
@@ -34,9 +38,6 @@ func TestAnIntakeCutShortBySIGKILLIsTakenInAgain(t *testing.T) {
 	addr := freeAddr(t)
 	a := c.serve("serve-a", addr)
 
-	// The intake waits on its first GitHub call until the kill; the fake's handler sleeps on
-	// (not for too long: closing the fake waits for it).
-	gh.SetLatency(30 * time.Second)
 	payload := testkit.WebhookPayload(t, "issues", "labeled", map[string]any{
 		"installation": map[string]any{"id": 77}, "label.name": ghapp.LabelPending, "issue.number": 1, "issue.body": body})
 	req, err := fakegithub.WebhookRequest(t.Context(), "http://"+addr+"/webhook", secret, "issues", "guid-1", payload)
@@ -51,27 +52,34 @@ func TestAnIntakeCutShortBySIGKILLIsTakenInAgain(t *testing.T) {
 	if resp.StatusCode/100 != 2 {
 		t.Fatalf("the delivery got HTTP %d", resp.StatusCode)
 	}
-	testkit.Eventually(t, 30*time.Second, "the delivery's job running", func() bool {
+	count := func(sql string, args ...any) int {
 		var n int
-		if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'running'`,
-			queue.KindGitHubDelivery).Scan(&n); err != nil {
+		if err := c.pool.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		return n == 1
+		return n
+	}
+	testkit.Eventually(t, 30*time.Second, "the plan persisted while the delivery's job runs", func() bool {
+		return count(`SELECT count(*) FROM plans WHERE github_issue_ref = $1`, repo+"#1") == 1 &&
+			count(`SELECT count(*) FROM river_job WHERE kind = $1 AND state = 'running'`, queue.KindGitHubDelivery) == 1
 	})
 	a.kill(syscall.SIGKILL)
 	a.wait(t, 10*time.Second)
 	killed := time.Now()
-	gh.SetLatency(0)
 	c.serve("serve-b", addr)
 
-	testkit.Eventually(t, queue.RescueAfter+2*time.Minute, "the issue in progress after the kill", func() bool {
+	// The kill also leaves the plan's first mirror sync running (and a push-token
+	// revocation): they are retried the same way, so the issue may wait for them too.
+	testkit.Eventually(t, queue.RescueAfter+2*time.Minute, "the delivery planned and the issue in progress", func() bool {
 		l := gh.IssueLabels(repo, 1)
-		return len(l) == 1 && l[0] == ghapp.LabelInProgress && len(gh.IssueComments(repo, 1)) == 1
+		return count(`SELECT count(*) FROM webhook_deliveries WHERE processed_at IS NOT NULL AND outcome LIKE 'planned %'`) == 1 &&
+			len(l) == 1 && l[0] == ghapp.LabelInProgress && len(gh.IssueComments(repo, 1)) == 1
 	})
-	t.Logf("the issue was taken in %v after the kill", time.Since(killed).Round(time.Second))
-	var plans int
-	if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM plans WHERE github_issue_ref = $1`, repo+"#1").Scan(&plans); err != nil || plans != 1 {
-		t.Errorf("%d plans of the issue (%v), want 1", plans, err)
+	t.Logf("the intake was finished and the issue told %v after the kill", time.Since(killed).Round(time.Second))
+	if got := gh.IssueReactions(repo, 1); len(got) != 1 || got[0] != ghapp.ReactionEyes {
+		t.Errorf("reactions = %v, want one 👀", got)
+	}
+	if n := count(`SELECT count(*) FROM plans WHERE github_issue_ref = $1`, repo+"#1"); n != 1 {
+		t.Errorf("%d plans of the issue, want 1", n)
 	}
 }

@@ -142,7 +142,7 @@ func NewInserter(store *Store) (*river.Client[pgx.Tx], error) {
 // its process was killed (SIGKILL, OOM, a lost node) and left it running in the table.
 // River's default is an hour, and unique jobs wait behind the stuck one: an issue
 // labelled while its intake died was not taken in for an hour, and a plan whose mirror
-// sync died had its issue frozen as long (TestAnIntakeCutShortBySIGKILLIsTakenInAgain).
+// sync died had its issue frozen as long (TestAnIntakeCutShortBySIGKILLIsFinishedAgain).
 // A job whose worker has a longer Timeout is left running that long: the jobs that run
 // long on purpose (a planner agent, a TRIZ analysis) say so. River's leader looks for
 // stuck jobs every 30 s.

@@ -85,13 +85,15 @@ func (r GitHubRequest) Write() bool {
 }
 
 // Fault makes matching requests fail: Times of them (0: every one) get Status with
-// Header. Path is a regular expression matched against the whole path.
+// Header, after Delay (a GitHub that stalls; closing the fake waits for it). Path is a
+// regular expression matched against the whole path.
 type Fault struct {
 	Method string
 	Path   string
 	Status int
 	Header map[string]string
 	Times  int
+	Delay  time.Duration
 
 	re   *regexp.Regexp
 	used int
@@ -471,6 +473,7 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if f := g.fault(r.Method, path); f != nil {
+		time.Sleep(f.Delay)
 		for k, v := range f.Header {
 			w.Header().Set(k, v)
 		}
