@@ -19,18 +19,9 @@ import (
 // cursor has run out).
 func TestPullModeSurvivesAKilledReplica(t *testing.T) {
 	t.Parallel()
-	const repo = "Codertocat/Hello-World"
-	const body = "- [ ] Fix the spelling of commit in README.md\n\n## Acceptance criteria\n- README.md spells commit right\n\n## Test steps\n- grep -c commmit README.md\n"
-	gh := testkit.NewGitHub(t)
-	gh.Install(77, repo)
-	gh.SetPermission(repo, "Codertocat", "admin")
-	for n := 1; n <= 3; n++ {
-		gh.AddIssue(repo, n, "Spelling "+strconv.Itoa(n), body, "Codertocat", ghapp.LabelPending)
-	}
-	c := newCluster(t,
-		"WHILLY_GITHUB_APP_ID="+strconv.FormatInt(gh.AppID, 10), "WHILLY_GITHUB_PRIVATE_KEY="+string(gh.KeyPEM),
-		"WHILLY_GITHUB_WEBHOOK_SECRET=s", "WHILLY_GITHUB_API_URL="+gh.URL(),
-		"WHILLY_GITHUB_DELIVERIES=pull", "WHILLY_GITHUB_PULL_INTERVAL=1s")
+	const repo, body = appRepo, spellingIssue
+	gh := appGitHub(t, 3)
+	c := newCluster(t, appEnv(gh, "WHILLY_GITHUB_WEBHOOK_SECRET=s", "WHILLY_GITHUB_DELIVERIES=pull", "WHILLY_GITHUB_PULL_INTERVAL=1s")...)
 	a := c.serve("serve-a", freeAddr(t))
 	c.serve("serve-b", freeAddr(t))
 

@@ -4,7 +4,6 @@ package e2e_test
 
 import (
 	"net/http"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -22,24 +21,18 @@ import (
 // River's default hour: one plan, one 👀, the delivery planned.
 func TestAnIntakeCutShortBySIGKILLIsFinishedAgain(t *testing.T) {
 	t.Parallel()
-	const repo = "Codertocat/Hello-World"
-	const body = "- [ ] Fix the spelling of commit in README.md\n\n## Acceptance criteria\n- README.md spells commit right\n\n## Test steps\n- grep -c commmit README.md\n"
-	gh := testkit.NewGitHub(t)
-	gh.Install(77, repo)
-	gh.SetPermission(repo, "Codertocat", "admin")
-	gh.AddIssue(repo, 1, "Spelling", body, "Codertocat", ghapp.LabelPending)
+	const repo = appRepo
+	gh := appGitHub(t, 1)
 	// The 👀 stalls until the kill (and fails after it: closing the fake waits for it).
 	gh.Fail(testkit.Fault{Method: "POST", Path: `/repos/` + repo + `/issues/1/reactions`, Status: http.StatusBadGateway,
 		Times: 1, Delay: 30 * time.Second})
 	secret := []byte("s")
-	c := newCluster(t,
-		"WHILLY_GITHUB_APP_ID="+strconv.FormatInt(gh.AppID, 10), "WHILLY_GITHUB_PRIVATE_KEY="+string(gh.KeyPEM),
-		"WHILLY_GITHUB_WEBHOOK_SECRET="+string(secret), "WHILLY_GITHUB_API_URL="+gh.URL())
+	c := newCluster(t, appEnv(gh, "WHILLY_GITHUB_WEBHOOK_SECRET="+string(secret))...)
 	addr := freeAddr(t)
 	a := c.serve("serve-a", addr)
 
 	payload := testkit.WebhookPayload(t, "issues", "labeled", map[string]any{
-		"installation": map[string]any{"id": 77}, "label.name": ghapp.LabelPending, "issue.number": 1, "issue.body": body})
+		"installation": map[string]any{"id": 77}, "label.name": ghapp.LabelPending, "issue.number": 1, "issue.body": spellingIssue})
 	req, err := fakegithub.WebhookRequest(t.Context(), "http://"+addr+"/webhook", secret, "issues", "guid-1", payload)
 	if err != nil {
 		t.Fatal(err)
