@@ -265,9 +265,12 @@ func (e *env) plan() queue.PlanInfo {
 
 func (e *env) labels() []string { return e.gh.IssueLabels(repoName, issueNum) }
 
-func (e *env) stateLabels() []string {
+func (e *env) stateLabels() []string { return e.stateLabelsOf(issueNum) }
+
+// stateLabelsOf are the whilly-* state labels of issue n of the repository.
+func (e *env) stateLabelsOf(n int) []string {
 	var out []string
-	for _, l := range e.labels() {
+	for _, l := range e.gh.IssueLabels(repoName, n) {
 		if app.IsStateLabel(l) {
 			out = append(out, l)
 		}
@@ -275,9 +278,12 @@ func (e *env) stateLabels() []string {
 	return out
 }
 
-func (e *env) statusComments() []testkit.FakeComment {
+func (e *env) statusComments() []testkit.FakeComment { return e.statusCommentsOf(issueNum) }
+
+// statusCommentsOf are whilly's status comments on issue n of the repository.
+func (e *env) statusCommentsOf(n int) []testkit.FakeComment {
 	var out []testkit.FakeComment
-	for _, c := range e.gh.IssueComments(repoName, issueNum) {
+	for _, c := range e.gh.IssueComments(repoName, n) {
 		if strings.HasPrefix(c.Body, "<!-- whilly:status plan=") {
 			out = append(out, c)
 		}

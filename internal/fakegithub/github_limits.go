@@ -26,6 +26,9 @@ type Limits struct {
 	// make in any 60 seconds; beyond it the fake answers 403 with GitHub's
 	// secondary-rate-limit message and Retry-After.
 	SecondaryPerMinute int
+	// SecondaryWindow is the window SecondaryPerMinute counts in, a minute when 0; a test
+	// that wants the limit hit and waited out in seconds shortens it.
+	SecondaryWindow time.Duration
 }
 
 // GitHubLimits are GitHub's own figures.
@@ -105,13 +108,17 @@ func (g *GitHub) rateLimit(w http.ResponseWriter, inst int64, write bool, now ti
 	if inst == 0 || !write || g.limits.SecondaryPerMinute == 0 {
 		return 0, false
 	}
+	window := g.limits.SecondaryWindow
+	if window <= 0 {
+		window = time.Minute
+	}
 	recent := g.writesAt[inst]
-	for len(recent) > 0 && now.Sub(recent[0]) >= time.Minute {
+	for len(recent) > 0 && now.Sub(recent[0]) >= window {
 		recent = recent[1:]
 	}
 	if len(recent) >= g.limits.SecondaryPerMinute {
 		g.writesAt[inst] = recent
-		wait := recent[0].Add(time.Minute).Sub(now)
+		wait := recent[0].Add(window).Sub(now)
 		h.Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 		return writeJSON(w, http.StatusForbidden, map[string]string{
 			"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. " +

@@ -1,0 +1,74 @@
+package intake_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/internal/testkit"
+)
+
+// A maintainer labels 40 issues of one repository at once (GitHub's issue list does it
+// in one click): 40 👀, 40 state labels, 40 pending labels taken off and 40 status
+// comments, twice GitHub's secondary limit for an installation (about 80 content writes a
+// minute; here in 10 s, so that the test waits seconds, not minutes). Every issue is still
+// taken in once — one plan, one 👀, one status comment, whilly-in-progress alone — and
+// whilly waits the limit out instead of hammering it: go-github holds an installation's
+// requests back until the Retry-After of a 403, so only requests already on their way
+// are refused.
+func TestABulkLabellingWaitsOutGitHubsWriteLimit(t *testing.T) {
+	t.Parallel()
+	const issues = 40
+	e := newEnv(t, envOptions{})
+	limits := fakegithub.GitHubLimits()
+	limits.SecondaryWindow = 10 * time.Second
+	e.gh.SetLimits(limits)
+	for n := 2; n <= issues; n++ {
+		e.gh.AddIssue(repoName, n, "Spelling error", e.body, admin, "bug", app.LabelPending)
+	}
+	for n := 1; n <= issues; n++ {
+		e.deliver("issues", e.payload("issues", "labeled", map[string]any{
+			"label.name": app.LabelPending, "issue.body": e.body, "issue.number": n,
+		}))
+	}
+	taken := func(n int) bool {
+		return slices.Equal(e.stateLabelsOf(n), []string{app.LabelInProgress}) && len(e.statusCommentsOf(n)) == 1 &&
+			slices.Equal(e.gh.IssueReactions(repoName, n), []string{app.ReactionEyes})
+	}
+	testkit.Eventually(t, time.Minute, "every issue taken in, with its label, comment and 👀", func() bool {
+		for n := 1; n <= issues; n++ {
+			if !taken(n) {
+				return false
+			}
+		}
+		return true
+	})
+
+	var plans, planned, given int
+	if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM plans`).Scan(&plans); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM webhook_deliveries WHERE outcome LIKE 'planned %'`).Scan(&planned); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM river_job WHERE state IN ('discarded', 'cancelled')`).Scan(&given); err != nil {
+		t.Fatal(err)
+	}
+	if plans != issues || planned != issues || given != 0 {
+		t.Errorf("%d plans, %d deliveries planned and %d jobs given up; want %d, %d and 0", plans, planned, given, issues, issues)
+	}
+	limited := 0
+	for _, r := range e.gh.Requests() {
+		if r.Limited {
+			limited++
+		}
+	}
+	t.Logf("%d requests refused by the write limit", limited)
+	// 2 or 3 in practice: the requests already under way at the first 403. With a client
+	// made anew for every call, which forgets the Retry-After, 42 were refused.
+	if limited == 0 || limited > 12 {
+		t.Errorf("%d requests refused by the write limit, want between 1 (the burst reaches the limit) and 12", limited)
+	}
+}
