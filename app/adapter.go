@@ -372,7 +372,10 @@ func (c *ghApp) RepoToken(ctx context.Context, installationID int64, repo Repo) 
 }
 
 // mapErr turns go-github's and ghinstallation's errors into whilly's: ErrNotFound,
-// *RateLimitError, *StatusError, each wrapped with what was being done.
+// *RateLimitError, *StatusError, each wrapped with what was being done. A token exchange
+// that GitHub refused (ghinstallation's, before the call itself) is none of those: the
+// App's credentials failed, not the call, and trying again may succeed (a clock back in
+// step, a key rotated), so it is a plain error that says so.
 func mapErr(op string, resp *github.Response, err error) error {
 	if err == nil {
 		return nil
@@ -382,6 +385,7 @@ func mapErr(op string, resp *github.Response, err error) error {
 		abuse  *github.AbuseRateLimitError
 		er     *github.ErrorResponse
 		hErr   *ghinstallation.HTTPError
+		token  bool
 		status int
 		header http.Header
 		msg    string
@@ -411,6 +415,7 @@ func mapErr(op string, resp *github.Response, err error) error {
 		// ghinstallation leaves the body of a failed token request open.
 		_ = hErr.Response.Body.Close()
 		status, header = hErr.Response.StatusCode, hErr.Response.Header
+		token = true
 	case resp != nil && resp.Response != nil && resp.StatusCode >= 300:
 		status, header = resp.StatusCode, resp.Header
 	default:
@@ -421,6 +426,9 @@ func mapErr(op string, resp *github.Response, err error) error {
 	}
 	if status == http.StatusNotFound || status == http.StatusGone {
 		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	if token {
+		return fmt.Errorf("%s: GitHub answered HTTP %d to the installation token exchange; check the App's ID, its private key and this machine's clock", op, status)
 	}
 	return fmt.Errorf("%s: %w", op, &StatusError{Status: status, Message: msg})
 }

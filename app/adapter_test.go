@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -234,3 +235,34 @@ func TestManifestFlowJSON(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// A refused token exchange (a 401 for a clock that drifted, a key being rotated) is
+// whilly's credentials failing, not GitHub refusing the call: it must not count as
+// Permanent, which makes the intake skip its 👀 and the mirror a pull request for good.
+func TestARefusedTokenExchangeIsNotARefusalOfTheCall(t *testing.T) {
+	t.Parallel()
+	gh, f := newFake(t)
+	ctx := context.Background()
+	c, err := f.Installation(ctx, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusUnprocessableEntity} {
+		gh.Fail(testkit.Fault{Method: "POST", Path: `/app/installations/7/access_tokens`, Status: status, Times: 1})
+		err := c.React(ctx, ref, app.ReactionEyes)
+		if err == nil || app.Permanent(err) {
+			t.Errorf("the 👀 with the token exchange answered %d = %v, want an error to try again", status, err)
+		}
+		if !strings.Contains(fmt.Sprint(err), "installation token") {
+			t.Errorf("the error %q does not say that the installation token failed", err)
+		}
+	}
+	if err := c.React(ctx, ref, app.ReactionEyes); err != nil {
+		t.Errorf("the 👀 once the exchange works = %v", err)
+	}
+	// GitHub's own refusal of the call still is one.
+	gh.Fail(testkit.Fault{Method: "POST", Path: `/repos/octo/shop/issues/12/reactions`, Status: http.StatusForbidden, Times: 1})
+	if err := c.React(ctx, ref, app.ReactionEyes); !app.Permanent(err) {
+		t.Errorf("a 403 on the reaction itself = %v, want Permanent", err)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -112,10 +111,8 @@ func (w *dispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs])
 		return river.JobCancel(fmt.Errorf("dispatch for plan %s: %w", x.PlanID, err))
 	}
 	err = d.send(ctx, x, repo)
-	var se *StatusError
 	switch {
-	case errors.Is(err, ErrNotFound),
-		errors.As(err, &se) && se.Status >= 400 && se.Status < 500 && se.Status != http.StatusTooManyRequests:
+	case Permanent(err):
 		// The App lost the repository, or GitHub refuses the event: retrying cannot help.
 		d.log.WarnContext(ctx, "repository_dispatch refused", "plan_id", x.PlanID, "error", err)
 		if ferr := d.store.FinishDispatch(ctx, x, false, DispatchEventType, "refused: "+err.Error()); ferr != nil {
