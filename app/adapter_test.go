@@ -32,6 +32,17 @@ func newFake(t *testing.T) (*testkit.GitHub, *app.Factory) {
 	return gh, f
 }
 
+// newInstallation is the fake and the client of its installation 7.
+func newInstallation(t *testing.T) (*testkit.GitHub, app.Client) {
+	t.Helper()
+	gh, f := newFake(t)
+	c, err := f.Installation(context.Background(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gh, c
+}
+
 var ref = app.IssueRef{Repo: app.Repo{Owner: "octo", Name: "shop"}, Number: 12}
 
 func TestInstallationClientsShareOneCachedTokenPerInstallation(t *testing.T) {
@@ -111,16 +122,12 @@ func TestStaticTokenAndAppClients(t *testing.T) {
 
 func TestGitHubErrorsMapToWhillysAndRateLimitsSnooze(t *testing.T) {
 	t.Parallel()
-	gh, f := newFake(t)
+	gh, c := newInstallation(t)
 	ctx := context.Background()
-	c, err := f.Installation(ctx, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := `/repos/octo/shop/issues/12/labels`
 	gh.Fail(testkit.Fault{Method: "POST", Path: path, Status: http.StatusTooManyRequests, Header: map[string]string{"Retry-After": "7"}, Times: 1})
 	var rl *app.RateLimitError
-	err = c.AddLabels(ctx, ref, "x")
+	err := c.AddLabels(ctx, ref, "x")
 	if !errors.As(err, &rl) || rl.Wait != 7*time.Second || rl.Status != 429 {
 		t.Fatalf("429 Retry-After 7 = %v, want a 7 s rate limit", err)
 	}
@@ -241,12 +248,8 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // Permanent, which makes the intake skip its 👀 and the mirror a pull request for good.
 func TestARefusedTokenExchangeIsNotARefusalOfTheCall(t *testing.T) {
 	t.Parallel()
-	gh, f := newFake(t)
+	gh, c := newInstallation(t)
 	ctx := context.Background()
-	c, err := f.Installation(ctx, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusUnprocessableEntity} {
 		gh.Fail(testkit.Fault{Method: "POST", Path: `/app/installations/7/access_tokens`, Status: status, Times: 1})
 		err := c.React(ctx, ref, app.ReactionEyes)

@@ -197,12 +197,8 @@ func TestGitAndGraphQLURLsFollowTheAPIURL(t *testing.T) {
 // real go-github code against the fake.
 func TestPullRequestCallsAndDispatch(t *testing.T) {
 	t.Parallel()
-	gh, f := newFake(t)
+	gh, c := newInstallation(t)
 	ctx := context.Background()
-	c, err := f.Installation(ctx, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := app.Repo{Owner: "octo", Name: "shop"}
 	if _, err := c.FindPull(ctx, r, "whilly/issue-12"); !errors.Is(err, app.ErrNotFound) {
 		t.Fatalf("find before any = %v, want ErrNotFound", err)
