@@ -77,6 +77,11 @@ const (
 // repoShape is GitHub's owner/name, printed outside the fences.
 var repoShape = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$`)
 
+// PlanCalls is how many times Plan asks the agent at most: once, and once more with the
+// first answer's problems. Each call has Plan's timeout, so a plan may take PlanCalls
+// times it.
+const PlanCalls = 2
+
 // Plan asks the planner agent a for a PRD and a plan (SPEC §4) and checks the plan with
 // the plan file's own rules (plan.Parse, so also plan.Normalize and plan.Validate). An
 // answer that is not a valid plan — or whose tasks the decision gate would reject — is
@@ -107,8 +112,8 @@ func Plan(ctx context.Context, a Agent, req PlanRequest, timeout time.Duration) 
 		problems []string
 		previous string
 	)
-	for attempt := 1; attempt <= 2; attempt++ {
-		if attempt == 2 && req.Retrying != nil {
+	for attempt := 1; attempt <= PlanCalls; attempt++ {
+		if attempt > 1 && req.Retrying != nil {
 			req.Retrying(problems)
 		}
 		prompt := planPrompt(req, problems, previous)
@@ -129,7 +134,7 @@ func Plan(ctx context.Context, a Agent, req PlanRequest, timeout time.Duration) 
 			return res, fmt.Errorf("ask the %s planner: %w", a.Name(), err)
 		}
 		ans := readPlanAnswer(text, req)
-		if len(ans.problems) == 0 || (attempt == 2 && ans.gateOnly) {
+		if len(ans.problems) == 0 || (attempt == PlanCalls && ans.gateOnly) {
 			res.Plan, res.PRD = ans.plan, ans.prd
 			if res.PRD == "" {
 				res.PRD = fallbackPRD(req, ans.plan)
@@ -138,7 +143,7 @@ func Plan(ctx context.Context, a Agent, req PlanRequest, timeout time.Duration) 
 		}
 		problems, previous = ans.problems, ans.planJSON
 	}
-	return res, &InvalidPlanError{Attempts: 2, Problems: problems}
+	return res, &InvalidPlanError{Attempts: PlanCalls, Problems: problems}
 }
 
 // checkPlanRequest refuses a request without content, with an invalid slug or repo, or

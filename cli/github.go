@@ -105,30 +105,31 @@ func (env githubEnv) factory(hasApp bool) (*ghapp.Factory, error) {
 	return f, nil
 }
 
-// githubPlanner is the planner agent of WHILLY_PLANNER, or nil when it is unset.
-func (a *app) githubPlanner() (intake.Planner, error) {
+// githubPlanner is the planner agent of WHILLY_PLANNER, or nil when it is unset, and the
+// longest it may take for one issue: WHILLY_PLANNER_TIMEOUT for each of its calls.
+func (a *app) githubPlanner() (intake.Planner, time.Duration, error) {
 	name := a.cfg.Raw(config.Planner)
 	if name == "" {
-		return nil, nil
+		return nil, 0, nil
 	}
 	ag, err := a.questionAgent(name)
 	if err != nil {
-		return nil, envf("WHILLY_PLANNER: %w", err)
+		return nil, 0, envf("WHILLY_PLANNER: %w", err)
 	}
 	timeout, err := a.cfg.Duration(config.PlannerTimeout)
 	if err != nil {
-		return nil, envErr(err)
+		return nil, 0, envErr(err)
 	}
 	attempts, err := a.maxAttempts()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	return func(ctx context.Context, it intake.IssueText, planID string) (*plan.Plan, plan.USD, error) {
 		res, err := agent.Plan(ctx, ag, agent.PlanRequest{
 			IssueTitle: it.Title, IssueBody: it.Body, Slug: planID, Repo: it.Ref.Repo.String(), MaxAttempts: attempts,
 		}, timeout)
 		return res.Plan, res.Cost, err
-	}, nil
+	}, agent.PlanCalls * timeout, nil
 }
 
 // intakePolicy reads what plans from issues may ask for and whose issues are taken in
@@ -187,7 +188,7 @@ func (a *app) githubParts(st *queue.Store, jobs *river.Client[pgx.Tx], env githu
 	if err != nil {
 		return nil, err
 	}
-	planner, err := a.githubPlanner()
+	planner, limit, err := a.githubPlanner()
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +196,7 @@ func (a *app) githubParts(st *queue.Store, jobs *river.Client[pgx.Tx], env githu
 	if cfg.Intake, err = a.intakePolicy(); err != nil {
 		return nil, err
 	}
-	cfg.Intake.Planner = planner
+	cfg.Intake.Planner, cfg.Intake.PlannerLimit = planner, limit
 	g, err := intake.NewGitHub(st, f, jobs, a.log, cfg)
 	if err != nil {
 		return nil, envf("%w", err)

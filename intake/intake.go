@@ -40,10 +40,14 @@ type Planner func(ctx context.Context, it IssueText, planID string) (p *plan.Pla
 
 // Config tunes intake.
 type Config struct {
-	// Planner, when set, builds plans from issues without a ```whilly block.
-	Planner Planner
+	// Planner, when set, builds plans from issues without a ```whilly block, in at most
+	// PlannerLimit (default 20 min: WHILLY_PLANNER_TIMEOUT's 10 for each of the agent's
+	// two calls).
+	Planner      Planner
+	PlannerLimit time.Duration
 	// StaleIntake is how long an unfinished intake blocks other deliveries of its issue
-	// before one may take it over; default 30 min (a planner may take ten).
+	// before one may take it over; default 30 min, or twice a delivery job's time limit
+	// when that is longer (a planner's), so that a running intake is never taken over.
 	StaleIntake time.Duration
 	// Budget caps the budget of plans from issues and is the budget of those that name
 	// none (WHILLY_GITHUB_BUDGET_USD); 0 means DefaultBudget.
@@ -106,8 +110,11 @@ func New(store *queue.Store, clients app.Clients, mirror *app.Mirror, jobs app.J
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.PlannerLimit <= 0 {
+		cfg.PlannerLimit = 20 * time.Minute
+	}
 	if cfg.StaleIntake <= 0 {
-		cfg.StaleIntake = 30 * time.Minute
+		cfg.StaleIntake = max(30*time.Minute, 2*cfg.jobTimeout())
 	}
 	if cfg.AnalysisWait <= 0 {
 		cfg.AnalysisWait = 90 * time.Second
@@ -126,14 +133,21 @@ type deliveryWorker struct {
 	s *Service
 }
 
-// Timeout leaves room for the planner agent when there is one. Without it, an intake is
-// a few GitHub calls and statements; River's default minute keeps a job whose process
-// died from waiting longer than queue.RescueAfter to be retried.
+// Timeout is Config.jobTimeout.
 func (w *deliveryWorker) Timeout(*river.Job[queue.GitHubDeliveryArgs]) time.Duration {
-	if w.s.cfg.Planner != nil {
-		return 15 * time.Minute
+	return w.s.cfg.jobTimeout()
+}
+
+// jobTimeout is how long a delivery's job may run. An intake is a few GitHub calls and
+// statements: River's default minute, which keeps a job whose process died from waiting
+// longer than queue.RescueAfter to be retried; with a planner agent, a minute more than
+// the planner may take (River cuts a job at its limit, and one cut short is cut again on
+// every retry).
+func (c Config) jobTimeout() time.Duration {
+	if c.Planner == nil {
+		return time.Minute
 	}
-	return time.Minute
+	return time.Minute + c.PlannerLimit
 }
 
 func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[queue.GitHubDeliveryArgs]) error {

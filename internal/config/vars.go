@@ -182,7 +182,7 @@ func Vars() []Var {
 		{Name: Planner, Section: secPlan, Kind: KindEnum, Values: AgentNames(), Commands: []Command{Serve, Run, Init, Forge},
 			DefaultText: "claude for `whilly init`; none for issues", Doc: "planner agent that turns an idea or an issue into a plan"},
 		{Name: PlannerTimeout, Section: secPlan, Kind: KindDuration, Default: "10m", Commands: []Command{Serve, Run, Init, Forge},
-			Doc: "time limit of one planner run"},
+			Doc: "time limit of one planner call (a plan may take two: the second with the first answer's problems)"},
 		{Name: TrizEnabled, Section: secPlan, Kind: KindBool, Default: "0", Commands: srv,
 			Doc: "`1`: analyse every failed attempt for a contradiction (TRIZ)"},
 		{Name: TrizTimeout, Section: secPlan, Kind: KindDuration, Default: "25s", Commands: srv,
