@@ -13,10 +13,10 @@ import (
 )
 
 // An issue's delivery job runs the planner agent: WHILLY_PLANNER_TIMEOUT for each of its
-// two runs (the second when the first plan was invalid). River cuts a job at its time
-// limit, so the limit must outlast both runs, whatever WHILLY_PLANNER_TIMEOUT says; a
+// two calls (the second when the first plan was invalid). River cuts a job at its time
+// limit, so the limit must outlast both calls, whatever WHILLY_PLANNER_TIMEOUT says; a
 // job cut short is retried and cut again, and the issue is never taken in.
-func TestADeliveryJobOutlastsItsPlannerRuns(t *testing.T) {
+func TestADeliveryJobOutlastsItsPlannerCalls(t *testing.T) {
 	t.Parallel()
 	pool := testkit.DB(t)
 	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
