@@ -74,10 +74,8 @@ type GitHubRequest struct {
 	// permissions only (a worker's push token).
 	Scoped bool
 	At     time.Time
-	// Limited: the fake's rate limits (SetLimits) refused the request, and told the
-	// client to wait RetryAfter (Retry-After, or until X-RateLimit-Reset).
-	Limited    bool
-	RetryAfter time.Duration
+	// Limited: the fake's rate limits (SetLimits) refused the request.
+	Limited bool
 }
 
 // Write reports whether the request changed something on GitHub (a content write in
@@ -485,7 +483,7 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 	// The App's own requests (its JWT: token exchanges, the delivery log) have a budget
 	// of their own on GitHub, apart from its installations': not counted here.
 	if route.auth != authApp {
-		if rec.Status, rec.RetryAfter, rec.Limited = g.rateLimit(w, inst, rec.Write(), rec.At); rec.Limited {
+		if rec.Status, rec.Limited = g.rateLimit(w, inst, rec.Write(), rec.At); rec.Limited {
 			return
 		}
 	}

@@ -77,9 +77,8 @@ const (
 
 // rateLimit counts the request of installation inst (write: a content write) against its
 // hour and, for a write, its last minute, and sets the X-RateLimit headers. When a limit
-// that is on is spent it answers the request itself and returns its status, how long it
-// told the client to wait, and true.
-func (g *GitHub) rateLimit(w http.ResponseWriter, inst int64, write bool, now time.Time) (int, time.Duration, bool) {
+// that is on is spent it answers the request itself and returns its status and true.
+func (g *GitHub) rateLimit(w http.ResponseWriter, inst int64, write bool, now time.Time) (int, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	budget := g.limits.Hourly
@@ -100,14 +99,14 @@ func (g *GitHub) rateLimit(w http.ResponseWriter, inst int64, write bool, now ti
 		return writeJSON(w, http.StatusForbidden, map[string]string{
 			"message":           fmt.Sprintf("API rate limit exceeded for installation ID %d.", inst),
 			"documentation_url": docsPrimary,
-		}), hour.start.Add(time.Hour).Sub(now), true
+		}), true
 	}
 	hour.used++
 	g.hours[inst] = hour
 	h.Set("X-RateLimit-Remaining", strconv.Itoa(max(budget-hour.used, 0)))
 	h.Set("X-RateLimit-Used", strconv.Itoa(hour.used))
 	if inst == 0 || !write || g.limits.SecondaryPerMinute == 0 {
-		return 0, 0, false
+		return 0, false
 	}
 	window := g.limits.SecondaryWindow
 	if window <= 0 {
@@ -119,16 +118,16 @@ func (g *GitHub) rateLimit(w http.ResponseWriter, inst int64, write bool, now ti
 	}
 	if len(recent) >= g.limits.SecondaryPerMinute {
 		g.writesAt[inst] = recent
-		wait := (recent[0].Add(window).Sub(now) + time.Second - 1).Truncate(time.Second)
-		h.Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
+		wait := recent[0].Add(window).Sub(now)
+		h.Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 		return writeJSON(w, http.StatusForbidden, map[string]string{
 			"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. " +
 				"If you reach out to GitHub Support for help, please include the request ID.",
 			"documentation_url": docsSecondary,
-		}), wait, true
+		}), true
 	}
 	g.writesAt[inst] = append(recent, now)
-	return 0, 0, false
+	return 0, false
 }
 
 // WritesPerMinute returns, for each installation, the most content writes the fake
