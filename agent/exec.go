@@ -57,7 +57,7 @@ func (r runner) run(ctx context.Context, req Request, bin string, args []string,
 		timeout = DefaultTimeout
 	}
 	box, err := r.cfg.Sandbox.Prepare(ctx, sandbox.Spec{Path: path, Args: args, Dir: req.WorkDir, Agent: r.name,
-		Environ: r.cfg.BaseEnv, Env: req.Env, OnDenied: req.OnEgressDenied})
+		Environ: r.cfg.BaseEnv, Env: req.Env, Binds: req.Binds, OnDenied: req.OnEgressDenied})
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s agent: %w", r.name, err)
 	}

@@ -121,6 +121,24 @@ type Spec struct {
 	// OnDenied, when set, is told about each host the proxy refused (once per host and
 	// port, at most maxDenials times). It is called from the proxy's goroutines.
 	OnDenied func(Denial)
+	// Binds are more of the worker's paths in the box, bound after the workspace (so a
+	// bind may cover part of it). Unboxed runs ignore them.
+	Binds []Bind
+}
+
+// Bind is one of the worker's paths in a box.
+type Bind struct {
+	Src      string // the worker's path; it must exist
+	Dst      string // where the box sees it; "" is Src
+	ReadOnly bool
+}
+
+func (b Bind) args() []string {
+	dst := cmpOr(b.Dst, b.Src)
+	if b.ReadOnly {
+		return []string{"--ro-bind", b.Src, dst}
+	}
+	return []string{"--bind", b.Src, dst}
 }
 
 // Cmd is a prepared run: start Path with Args in Dir with Env, then Close it.
@@ -198,7 +216,11 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	for _, p := range sortedByDepth(ro) {
 		a = append(a, "--ro-bind-try", p, p)
 	}
-	a = append(a, "--bind", boxHomeDir, boxHome, "--bind", dir, dir, "--chdir", dir)
+	a = append(a, "--bind", boxHomeDir, boxHome, "--bind", dir, dir)
+	for _, b := range spec.Binds {
+		a = append(a, b.args()...)
+	}
+	a = append(a, "--chdir", dir)
 	initArgs := []string{boxInit, initArg}
 	if s.net == NetProxy {
 		sock := filepath.Join(tmp, "proxy.sock")

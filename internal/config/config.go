@@ -54,6 +54,7 @@ const (
 	KindFile     Kind = "file"   // a file that must exist and be readable
 	KindSecret   Kind = "secret" // the value, or the contents of the file named by NAME_FILE
 	KindAddr     Kind = "addr"   // host:port to listen on
+	KindSize     Kind = "size"   // bytes: a whole number with an optional unit (512M, 4GiB, 10G)
 )
 
 // Command names a command that reads variables. Any is every whilly command that opens
@@ -225,6 +226,40 @@ func (e *Env) Duration(n Name) (time.Duration, error) {
 func isZeroDuration(s string) bool {
 	d, err := time.ParseDuration(s)
 	return s == "0" || err == nil && d == 0
+}
+
+// Size returns the value in bytes, or the default.
+func (e *Env) Size(n Name) (int64, error) {
+	if err := e.Err(n); err != nil {
+		return 0, err
+	}
+	s, _ := e.value(n)
+	if s == "" {
+		return 0, nil
+	}
+	return ParseSize(s)
+}
+
+// ParseSize reads a number of bytes: a whole number, optionally followed by a unit
+// (K, M, G, T, with or without "iB" or "B"; all powers of 1024).
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	n, err := strconv.ParseInt(t[:i], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size such as 512M, 4GiB or 1073741824", s)
+	}
+	unit := strings.ToUpper(strings.TrimSpace(t[i:]))
+	unit = strings.TrimSuffix(strings.TrimSuffix(unit, "B"), "I")
+	shift := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
+	sh, ok := shift[unit]
+	if !ok || n > (1<<62)>>sh {
+		return 0, fmt.Errorf("%q is not a size such as 512M, 4GiB or 1073741824", s)
+	}
+	return n << sh, nil
 }
 
 // Bool returns the value as a switch, or the default (false when none).
@@ -419,6 +454,14 @@ func (v Var) check(s string) error {
 	case KindAddr:
 		if _, _, err := net.SplitHostPort(s); err != nil {
 			return fmt.Errorf("%q is not an address such as 127.0.0.1:8000 or :8000", s)
+		}
+	case KindSize:
+		n, err := ParseSize(s)
+		if err != nil {
+			return err
+		}
+		if err := v.bounds(float64(n), "a size", s); err != nil {
+			return err
 		}
 	case KindString, KindList, KindPath, KindSecret:
 	}

@@ -48,6 +48,14 @@ const (
 	SandboxAllowHosts Name = "WHILLY_SANDBOX_ALLOW_HOSTS"
 	SandboxNet        Name = "WHILLY_SANDBOX_NET"
 	AgentEnv          Name = "WHILLY_AGENT_ENV"
+	SandboxRegistries Name = "WHILLY_SANDBOX_REGISTRIES"
+	SandboxTools      Name = "WHILLY_SANDBOX_TOOLS"
+	SandboxMemory     Name = "WHILLY_SANDBOX_MEMORY"
+	SandboxPids       Name = "WHILLY_SANDBOX_PIDS"
+	SandboxDisk       Name = "WHILLY_SANDBOX_DISK"
+	AgentHome         Name = "WHILLY_AGENT_HOME"
+	CacheDir          Name = "WHILLY_CACHE_DIR"
+	CacheMaxBytes     Name = "WHILLY_CACHE_MAX_BYTES"
 	ProtectedPaths    Name = "WHILLY_PROTECTED_PATHS"
 	DiffMaxBytes      Name = "WHILLY_DIFF_MAX_BYTES"
 
@@ -173,6 +181,24 @@ func Vars() []Var {
 			Doc: "agent network: `proxy` (loopback only; the allowed hosts through the worker's proxy, others refused as `agent.egress_denied` events), `none`, or `host`"},
 		{Name: AgentEnv, Section: secSandbox, Kind: KindList, Commands: agt,
 			Doc: "names of more environment variables passed to the agent (comma list); the rest of the worker's environment never is"},
+		{Name: SandboxRegistries, Section: secSandbox, Kind: KindEnum, Values: []string{"auto", "off"}, Default: "auto", Commands: agt,
+			Doc: "`auto`: the agent may reach, through the proxy, each ecosystem's default package registry and those the worker's own configuration names (GOPROXY, npm registry, pip index …; logged at start); `off`: only the model API and WHILLY_SANDBOX_ALLOW_HOSTS"},
+		{Name: SandboxTools, Section: secSandbox, Kind: KindList, Commands: agt,
+			Doc: "more toolchain directories bound read-only into the box (comma list; they may lie under HOME, as rustup's or pyenv's do); what PATH finds outside HOME is bound anyway"},
+		{Name: SandboxMemory, Section: secSandbox, Kind: KindSize, Default: "4GiB", Min: 16 << 20, Max: 1 << 50, Commands: agt,
+			Doc: "memory one attempt's box may use (its own cgroup); past it the attempt ends with reason `resource_limit`"},
+		{Name: SandboxPids, Section: secSandbox, Kind: KindInt, Default: "1024", Min: 16, Max: 1 << 22, Commands: agt,
+			Doc: "processes and threads one attempt's box may run at once (its own cgroup)"},
+		{Name: SandboxDisk, Section: secSandbox, Kind: KindSize, Default: "10GiB", Min: 1 << 20, Max: 1 << 50, Commands: agt,
+			Doc: "bytes one attempt may hold on disk: its checkout and the box's /tmp together"},
+		{Name: AgentHome, Section: secSandbox, Kind: KindPath, Commands: agt,
+			DefaultText: "the agent's configuration in the worker's HOME",
+			Doc:         "operator-owned directory the box's HOME is seeded from (read only; whilly never writes it): `.claude/`, `.claude.json`, `.codex/`; refresh tokens are never copied"},
+		{Name: CacheDir, Section: secSandbox, Kind: KindPath, Commands: wrk,
+			DefaultText: "<user cache dir>/whilly/cache",
+			Doc:         "dependency and build caches of the box: a repository's base cache (written by its setup script) and each plan's own"},
+		{Name: CacheMaxBytes, Section: secSandbox, Kind: KindSize, Default: "10GiB", Min: 1 << 20, Max: 1 << 50, Commands: wrk,
+			Doc: "bytes the caches of WHILLY_CACHE_DIR may hold on this worker; the least recently used are removed past it"},
 		{Name: ProtectedPaths, Section: secSandbox, Kind: KindList, Default: ".github/**,.gitmodules", Commands: wrk,
 			Doc: "globs an attempt's diff may not touch (comma list)"},
 		{Name: DiffMaxBytes, Section: secSandbox, Kind: KindInt, Default: "5242880", Min: 1, Max: 1 << 40, Commands: wrk,
