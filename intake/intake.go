@@ -571,10 +571,6 @@ func (s *Service) build(ctx context.Context, it IssueText, id string) (Built, pl
 		)
 		p, cost, err = s.cfg.Planner(ctx, it, id)
 		if err == nil && p != nil {
-			p.ID, p.Repo, p.Strict, p.Verify = id, it.Ref.Repo.String(), true, nil
-			for i := range p.Tasks {
-				p.Tasks[i].Labels, p.Tasks[i].Status = nil, plan.StatusPending // the operator's, not the issue's
-			}
 			b = Built{Plan: p, Source: app.SourcePlanner}
 		} else {
 			s.log.WarnContext(ctx, "planner failed; planning from the issue's text", "plan_id", id, "error", err)
@@ -585,7 +581,7 @@ func (s *Service) build(ctx context.Context, it IssueText, id string) (Built, pl
 	} else {
 		b = FromText(it, id)
 	}
-	pol.apply(&b)
+	pol.apply(&b, it, id)
 	return b, cost
 }
 

@@ -174,12 +174,20 @@ const DefaultBudget plan.USD = 10 * plan.MicrosPerUSD
 func (pol Policy) maxAttempts() int { return cmp.Or(pol.MaxAttempts, plan.DefaultMaxAttempts) }
 func (pol Policy) budget() plan.USD { return cmp.Or(pol.Budget, DefaultBudget) }
 
-// apply caps the plan's budget and attempt limits, and gives a plan without a budget
-// the cap; the notes say what was capped.
-func (pol Policy) apply(b *Built) {
+// apply is the one sanitizer of a plan made from an issue, whatever made it (a block, the
+// planner agent, the text), run after parsing so that no key or alias of the codec can
+// carry past it what an issue may not set: the plan's id, repository and gate mode are
+// whilly's, verify commands (shell run on the workers) and each task's status and worker
+// labels are dropped. It then caps the plan's budget and attempt limits, and gives a plan
+// without a budget the cap; the notes say what was capped.
+func (pol Policy) apply(b *Built, it IssueText, id string) {
 	p := b.Plan
 	if p == nil {
 		return
+	}
+	p.ID, p.Repo, p.Strict, p.Verify = id, it.Ref.Repo.String(), true, nil
+	for i := range p.Tasks {
+		p.Tasks[i].Status, p.Tasks[i].Labels = plan.StatusPending, nil
 	}
 	limit := pol.budget()
 	switch {
@@ -231,7 +239,14 @@ func restrictBlock(block string, pol Policy) (string, []string) {
 		}
 		return gone
 	}
-	gone := drop(root, blockIgnored.plan)
+	restricted := slices.Clone(blockIgnored.plan)
+	for alias, key := range plan.KeyAliases() {
+		if slices.Contains(blockIgnored.plan, key) {
+			restricted = append(restricted, alias)
+		}
+	}
+	slices.Sort(restricted[len(blockIgnored.plan):])
+	gone := drop(root, restricted)
 	if v, ok := root["budget_usd"].(json.Number); ok {
 		if f, err := v.Float64(); err == nil && f > pol.budget().Float64() {
 			root["budget_usd"] = json.Number(pol.budget().String())
@@ -297,12 +312,11 @@ func FromBlock(it IssueText, id string, pol Policy) (Built, bool) {
 		}
 		return b, true
 	}
-	p.ID, p.Repo, p.Strict = id, it.Ref.Repo.String(), true
 	if strings.TrimSpace(p.Name) == "" {
 		p.Name = title(it)
 	}
 	b.Plan = p
-	pol.apply(&b)
+	pol.apply(&b, it, id)
 	return b, true
 }
 

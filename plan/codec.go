@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -519,16 +520,7 @@ func (d *decoder) plan(obj map[string]any) *Plan {
 	}
 	p.Repo, _ = d.str(obj, -1, "repo")
 	d.checkKeys(obj, -1, "", planKeys, ignoredKeys)
-	verify := obj["verify"]
-	if py, ok := obj["verification_commands"]; ok {
-		if verify != nil {
-			d.fail(-1, "verify", `give "verify" or the Python system's "verification_commands", not both`)
-		} else {
-			verify = py
-			d.notes = append(d.notes, `the plan: key "verification_commands" read as "verify"`)
-		}
-	}
-	p.Verify = d.verify(verify)
+	p.Verify = d.verify(d.aliased(obj, "verify"))
 
 	switch v := obj["tasks"].(type) {
 	case nil:
@@ -542,6 +534,25 @@ func (d *decoder) plan(obj map[string]any) *Plan {
 		d.fail(-1, "tasks", "must be an array, not %s", jsonType(v))
 	}
 	return p
+}
+
+// aliased is obj[key], or the value of the Python system's name for key (pythonKeys),
+// with a note; both at once is an error.
+func (d *decoder) aliased(obj map[string]any, key string) any {
+	v := obj[key]
+	for _, alias := range slices.Sorted(maps.Keys(pythonKeys)) {
+		py, ok := obj[alias]
+		if !ok || pythonKeys[alias] != key {
+			continue
+		}
+		if v != nil {
+			d.fail(-1, key, `give %q or the Python system's %q, not both`, key, alias)
+			continue
+		}
+		v = py
+		d.notes = append(d.notes, fmt.Sprintf("the plan: key %q read as %q", alias, key))
+	}
+	return v
 }
 
 // verify reads the verify list and checks it whole, entry by entry, so its problems

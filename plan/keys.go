@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -212,3 +213,8 @@ func scanRaw(data []byte) []Problem {
 	}
 	return problems
 }
+
+// KeyAliases maps each other name the codec reads for a plan-level key (the Python
+// system's) to whilly's key. Whoever restricts what a plan file may set must restrict
+// its aliases too.
+func KeyAliases() map[string]string { return maps.Clone(pythonKeys) }
