@@ -217,10 +217,22 @@ func TestWorkerDockerfile(t *testing.T) {
 	for _, run := range final.find("run") {
 		apt += strings.Join(run.args, " ")
 	}
-	for _, pkg := range []string{"bubblewrap", "git", "ca-certificates"} {
+	// The box is a development environment: the common toolchains are in the image.
+	for _, pkg := range []string{"bubblewrap", "git", "ca-certificates", "python3", "python3-pip", "python3-venv", "build-essential"} {
 		if !regexp.MustCompile(`apt-get install [^&]*\b` + pkg + `\b`).MatchString(apt) {
 			t.Errorf("the worker image does not install %s", pkg)
 		}
+	}
+	goCopied := false
+	for _, c := range final.find("copy") {
+		goCopied = goCopied || slices.Contains(c.args, "/usr/local/go")
+	}
+	env := ""
+	for _, e := range final.find("env") {
+		env += strings.Join(e.args, " ")
+	}
+	if !goCopied || !strings.Contains(env, "/usr/local/go/bin") {
+		t.Errorf("the worker image does not ship Go on its PATH (copied: %v, env: %s)", goCopied, env)
 	}
 	pkgs := npmPackages(final)
 	var names []string

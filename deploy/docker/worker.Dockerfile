@@ -1,6 +1,10 @@
 # syntax=docker/dockerfile:1
-# The worker image: whilly-worker with git, bubblewrap, Node and the pinned agent CLIs
-# (Claude Code and OpenAI Codex). Build from the repository root:
+# The worker image: whilly-worker with git, bubblewrap, the pinned agent CLIs (Claude Code
+# and OpenAI Codex) and the toolchains an agent builds and tests projects with in its box:
+# Go (from the build stage), Node and npm, Python 3 with pip and venv, make and a C
+# compiler. Another toolchain: derive an image from this one and install it outside HOME
+# (e.g. under /usr/local), or name its directory in WHILLY_SANDBOX_TOOLS (docs/sandbox.md).
+# Build from the repository root:
 #   docker build -f deploy/docker/worker.Dockerfile -t whilly-worker:dev .
 # bubblewrap needs user namespaces and its own /proc inside the container: see
 # docs/operations.md (security options of compose, Kubernetes and systemd).
@@ -25,16 +29,20 @@ ARG CLAUDE_CODE_VERSION=2.1.332
 ARG CODEX_VERSION=0.171.0
 RUN apt-get update \
  && apt-get install -y --no-install-recommends bubblewrap ca-certificates curl git openssh-client \
+      build-essential python3 python3-pip python3-venv \
  && rm -rf /var/lib/apt/lists/* \
  && npm install --global --no-fund --no-audit --omit=dev \
       "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" "@openai/codex@${CODEX_VERSION}" \
  && npm cache clean --force \
  && useradd --uid 10001 --user-group --home-dir /home/whilly --create-home --shell /bin/bash whilly \
- && mkdir -p /var/lib/whilly/workspaces && chown -R whilly:whilly /var/lib/whilly
+ && mkdir -p /var/lib/whilly/workspaces /var/lib/whilly/cache && chown -R whilly:whilly /var/lib/whilly
+COPY --from=build /usr/local/go /usr/local/go
 COPY --from=build /out/whilly-worker /usr/local/bin/whilly-worker
 USER 10001:10001
 WORKDIR /home/whilly
 ENV WHILLY_WORKSPACE_DIR=/var/lib/whilly/workspaces \
+    WHILLY_CACHE_DIR=/var/lib/whilly/cache \
+    PATH=/usr/local/go/bin:$PATH \
     CLAUDE_BIN=/usr/local/bin/claude \
     CODEX_BIN=/usr/local/bin/codex
 # The worker serves no port: healthy means its control plane answers.
