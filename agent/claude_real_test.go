@@ -23,27 +23,33 @@ import (
 // claudeCodeVersion is the npm version range of the real CLI the sandbox is tested with.
 const claudeCodeVersion = "2.1"
 
-// realClaude installs @anthropic-ai/claude-code@2.1 with npm into a cache directory shared
-// by test runs (WHILLY_TEST_CACHE, default <user cache>/whilly-test) and returns its
-// executable. It skips only when npm is missing or cannot reach the registry.
+// realClaude installs @anthropic-ai/claude-code@2.1 with npm and returns its executable.
 func realClaude(t *testing.T) string {
+	t.Helper()
+	return realNpmCLI(t, "@anthropic-ai/claude-code", claudeCodeVersion, "claude")
+}
+
+// realNpmCLI installs pkg@version with npm into a cache directory shared by test runs
+// (WHILLY_TEST_CACHE, default <user cache>/whilly-test) and returns its executable bin.
+// It skips only when npm is missing or cannot reach the registry.
+func realNpmCLI(t *testing.T, pkg, version, bin string) string {
 	t.Helper()
 	base := os.Getenv("WHILLY_TEST_CACHE")
 	if base == "" {
 		c, err := os.UserCacheDir()
 		if err != nil {
-			t.Skipf("no cache directory for the Claude Code CLI: %v", err)
+			t.Skipf("no cache directory for %s: %v", pkg, err)
 		}
 		base = filepath.Join(c, "whilly-test")
 	}
-	dir := filepath.Join(base, "claude-code-"+claudeCodeVersion)
-	bin := filepath.Join(dir, "node_modules", ".bin", "claude")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
+	dir := filepath.Join(base, filepath.Base(pkg)+"-"+version)
+	exe := filepath.Join(dir, "node_modules", ".bin", bin)
+	if _, err := os.Stat(exe); err == nil {
+		return exe
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm is not installed: cannot install the Claude Code CLI (@anthropic-ai/claude-code)")
+		t.Skipf("npm is not installed: cannot install %s", pkg)
 	}
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		t.Fatal(err)
@@ -55,17 +61,37 @@ func realClaude(t *testing.T) string {
 	defer func() { _ = os.RemoveAll(tmp) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--prefix", tmp, "@anthropic-ai/claude-code@"+claudeCodeVersion)
+	cmd := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--prefix", tmp, pkg+"@"+version)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("npm could not install @anthropic-ai/claude-code@%s (is the registry reachable?): %v\n%s", claudeCodeVersion, err, out)
+		t.Skipf("npm could not install %s@%s (is the registry reachable?): %v\n%s", pkg, version, err, out)
 	}
 	// Another test process may have won the race: then its copy is used.
 	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(bin); serr != nil {
-			t.Fatalf("install the Claude Code CLI into %s: %v", dir, err)
+		if _, serr := os.Stat(exe); serr != nil {
+			t.Fatalf("install %s into %s: %v", pkg, dir, err)
 		}
 	}
-	return bin
+	return exe
+}
+
+// The real Codex CLI starts in the box, which binds its package and its platform
+// package (the native binary), not the rest of node_modules.
+func TestRealCodexStartsInTheSandbox(t *testing.T) {
+	t.Parallel()
+	sb := boxed(t, sandbox.Settings{Net: sandbox.NetNone})
+	bin := realNpmCLI(t, "@openai/codex", "0.171", "codex")
+	c, err := sb.Prepare(testCtx(t), sandbox.Spec{Path: bin, Args: []string{"--version"}, Dir: t.TempDir(), Agent: sandbox.AgentCodex,
+		Environ: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd := exec.CommandContext(testCtx(t), c.Path, c.Args...)
+	cmd.Env = c.Env
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "codex-cli 0.171") {
+		t.Errorf("codex --version in the box: %v\n%s", err, out)
+	}
 }
 
 // fakeMessagesAPI is a scripted Anthropic Messages API: the agent loop's first turn asks
