@@ -255,3 +255,32 @@ if touch "$0/planted" 2>/dev/null; then echo writable; fi`
 		}
 	}
 }
+
+// What the box binds for each PATH entry, and which it does not show.
+func TestPathEntry(t *testing.T) {
+	t.Parallel()
+	home := "/srv/app/home"
+	cases := []struct {
+		entry, bind string
+		hidden      bool
+	}{
+		{"/opt/go/bin", "/opt/go", false},       // a toolchain: its directory, for bin's links into it
+		{"/opt/bin", "/opt/bin", false},         // never /opt whole
+		{"/srv/app/bin", "/srv/app/bin", false}, // its parent holds HOME
+		{"/opt/node/bin/", "/opt/node", false},  // cleaned
+		{"/data/tools", "/data/tools", false},   // not a bin directory
+		{"/usr/local/go/bin", "", false},        // a system directory: there anyway
+		{"/bin", "", false},
+		{home + "/go/bin", "", true}, // under HOME
+		{home, "", true},             // HOME itself
+		{"/srv", "", true},           // holds HOME
+		{"/", "", true},
+		{"node_modules/.bin", "", true}, // relative
+		{"/proc/self/cwd", "", true},
+	}
+	for _, c := range cases {
+		if bind, hidden := pathEntry(c.entry, home); bind != c.bind || hidden != c.hidden {
+			t.Errorf("pathEntry(%q) = %q %v, want %q %v", c.entry, bind, hidden, c.bind, c.hidden)
+		}
+	}
+}

@@ -45,6 +45,8 @@ func TestSettingsFromEnv(t *testing.T) {
 		{"WHILLY_AGENT_ENV": "WHILLY_WORKER_TOKEN"},
 		{"WHILLY_AGENT_ENV": "WHILLY_DATABASE_URL"},
 		{"WHILLY_AGENT_ENV": "A=B"},
+		{"WHILLY_AGENT_HOME": "relative/agent-home"},
+		{"WHILLY_SANDBOX_TOOLS": "/"},
 	} {
 		if _, err := SettingsFromEnv(env(bad)); err == nil {
 			t.Errorf("%v accepted", bad)
