@@ -425,8 +425,12 @@ func npmPackages(real string) []string {
 	out := []string{filepath.Join(dir, name)}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if e.IsDir() && strings.HasPrefix(e.Name(), name+"-") {
-			out = append(out, filepath.Join(dir, e.Name()))
+		p := filepath.Join(dir, e.Name())
+		if !strings.HasPrefix(e.Name(), name+"-") {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() { // pnpm links its packages
+			out = append(out, p)
 		}
 	}
 	return out
