@@ -23,27 +23,33 @@ import (
 // claudeCodeVersion is the npm version range of the real CLI the sandbox is tested with.
 const claudeCodeVersion = "2.1"
 
-// realClaude installs @anthropic-ai/claude-code@2.1 with npm into a cache directory shared
-// by test runs (WHILLY_TEST_CACHE, default <user cache>/whilly-test) and returns its
-// executable. It skips only when npm is missing or cannot reach the registry.
+// realClaude installs @anthropic-ai/claude-code@2.1 with npm and returns its executable.
 func realClaude(t *testing.T) string {
+	t.Helper()
+	return realNpmCLI(t, "@anthropic-ai/claude-code", claudeCodeVersion, "claude")
+}
+
+// realNpmCLI installs pkg@version with npm into a cache directory shared by test runs
+// (WHILLY_TEST_CACHE, default <user cache>/whilly-test) and returns its executable bin.
+// It skips only when npm is missing or cannot reach the registry.
+func realNpmCLI(t *testing.T, pkg, version, bin string) string {
 	t.Helper()
 	base := os.Getenv("WHILLY_TEST_CACHE")
 	if base == "" {
 		c, err := os.UserCacheDir()
 		if err != nil {
-			t.Skipf("no cache directory for the Claude Code CLI: %v", err)
+			t.Skipf("no cache directory for %s: %v", pkg, err)
 		}
 		base = filepath.Join(c, "whilly-test")
 	}
-	dir := filepath.Join(base, "claude-code-"+claudeCodeVersion)
-	bin := filepath.Join(dir, "node_modules", ".bin", "claude")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
+	dir := filepath.Join(base, filepath.Base(pkg)+"-"+version)
+	exe := filepath.Join(dir, "node_modules", ".bin", bin)
+	if _, err := os.Stat(exe); err == nil {
+		return exe
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm is not installed: cannot install the Claude Code CLI (@anthropic-ai/claude-code)")
+		t.Skipf("npm is not installed: cannot install %s", pkg)
 	}
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		t.Fatal(err)
@@ -55,17 +61,37 @@ func realClaude(t *testing.T) string {
 	defer func() { _ = os.RemoveAll(tmp) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--prefix", tmp, "@anthropic-ai/claude-code@"+claudeCodeVersion)
+	cmd := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--prefix", tmp, pkg+"@"+version)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("npm could not install @anthropic-ai/claude-code@%s (is the registry reachable?): %v\n%s", claudeCodeVersion, err, out)
+		t.Skipf("npm could not install %s@%s (is the registry reachable?): %v\n%s", pkg, version, err, out)
 	}
 	// Another test process may have won the race: then its copy is used.
 	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(bin); serr != nil {
-			t.Fatalf("install the Claude Code CLI into %s: %v", dir, err)
+		if _, serr := os.Stat(exe); serr != nil {
+			t.Fatalf("install %s into %s: %v", pkg, dir, err)
 		}
 	}
-	return bin
+	return exe
+}
+
+// The real Codex CLI starts in the box, which binds its package and its platform
+// package (the native binary), not the rest of node_modules.
+func TestRealCodexStartsInTheSandbox(t *testing.T) {
+	t.Parallel()
+	sb := boxed(t, sandbox.Settings{Net: sandbox.NetNone})
+	bin := realNpmCLI(t, "@openai/codex", "0.171", "codex")
+	c, err := sb.Prepare(testCtx(t), sandbox.Spec{Path: bin, Args: []string{"--version"}, Dir: t.TempDir(), Agent: sandbox.AgentCodex,
+		Environ: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd := exec.CommandContext(testCtx(t), c.Path, c.Args...)
+	cmd.Env = c.Env
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "codex-cli 0.171") {
+		t.Errorf("codex --version in the box: %v\n%s", err, out)
+	}
 }
 
 // fakeMessagesAPI is a scripted Anthropic Messages API: the agent loop's first turn asks
@@ -77,6 +103,7 @@ type fakeMessagesAPI struct {
 	mu          sync.Mutex
 	toolResults []map[string]any
 	requests    int
+	auth        map[string]bool // the credentials the requests carried
 }
 
 func (f *fakeMessagesAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -110,6 +137,10 @@ func (f *fakeMessagesAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.requests++
+	if f.auth == nil {
+		f.auth = map[string]bool{}
+	}
+	f.auth[r.Header.Get("X-Api-Key")+r.Header.Get("Authorization")] = true
 	if len(results) > len(f.toolResults) {
 		f.toolResults = results
 	}
@@ -167,7 +198,8 @@ func (f *fakeMessagesAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // The real Claude Code CLI runs in the box with a full shell (bypassPermissions), reaching
 // its model API — a local fake, allowed through the proxy as ANTHROPIC_BASE_URL's host —
 // only through the proxy: the file it writes lands in the workspace and its Bash call of
-// `go version` succeeds.
+// `go version` succeeds. It does so with an API key, and with the worker's login, which
+// the box holds read-only and without its refresh token.
 func TestRealClaudeCodeInTheSandbox(t *testing.T) {
 	t.Parallel()
 	sb := boxed(t, sandbox.Settings{Net: sandbox.NetProxy})
@@ -176,42 +208,93 @@ func TestRealClaudeCodeInTheSandbox(t *testing.T) {
 	if err != nil {
 		t.Skip("go is not on PATH")
 	}
-	ws := t.TempDir()
-	api := &fakeMessagesAPI{ws: ws}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	cfg := testConfig()
-	cfg.ClaudeBin, cfg.Sandbox = bin, sb
-	cfg.BaseEnv = []string{"PATH=" + filepath.Dir(goBin) + ":/usr/local/bin:/usr/bin:/bin", "HOME=" + t.TempDir(),
-		"ANTHROPIC_API_KEY=sk-ant-api03-fake", "ANTHROPIC_BASE_URL=" + srv.URL}
-	a, err := New(NameClaude, cfg)
-	if err != nil {
-		t.Fatal(err)
+	login := fmt.Sprintf(`{"claudeAiOauth":{"accessToken":"sk-ant-oat01-fakeAccess","refreshToken":"sk-ant-ort01-fakeRefresh",`+
+		`"expiresAt":%d,"scopes":["user:inference","user:profile"],"subscriptionType":"max"}}`, time.Now().Add(time.Hour).UnixMilli())
+	for _, c := range []struct {
+		name string
+		key  []string // more of the worker's environment
+		auth string   // what the model API must see
+	}{
+		{"api key", []string{"ANTHROPIC_API_KEY=sk-ant-api03-fake"}, "sk-ant-api03-fake"},
+		{"login", nil, "Bearer sk-ant-oat01-fakeAccess"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			home := t.TempDir()
+			if c.key == nil {
+				if err := os.MkdirAll(filepath.Join(home, ".claude"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(home, ".claude", ".credentials.json"), []byte(login), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ws := t.TempDir()
+			api := &fakeMessagesAPI{ws: ws}
+			srv := httptest.NewServer(api)
+			defer srv.Close()
+			cfg := testConfig()
+			cfg.ClaudeBin, cfg.Sandbox = bin, sb
+			cfg.BaseEnv = append([]string{"PATH=" + filepath.Dir(goBin) + ":/usr/local/bin:/usr/bin:/bin", "HOME=" + home,
+				"ANTHROPIC_BASE_URL=" + srv.URL}, c.key...)
+			a, err := New(NameClaude, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Check(a, func(k string) string { return getenvIn(cfg.BaseEnv, k) }); err != nil {
+				t.Fatalf("the readiness check: %v", err)
+			}
+			var denied []sandbox.Denial
+			var mu sync.Mutex
+			log := &strings.Builder{}
+			res, err := a.Run(testCtx(t), Request{Prompt: "Write hello.txt, then run go version.", WorkDir: ws, Timeout: 2 * time.Minute,
+				Log: &lockedWriter{w: log}, OnEgressDenied: func(d sandbox.Denial) { mu.Lock(); denied = append(denied, d); mu.Unlock() }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Succeeded() || res.Sandbox != sandbox.ModeBwrap {
+				t.Fatalf("claude in the box: reason %q detail %q sandbox %q\n%s", res.Reason, res.Detail, res.Sandbox, log)
+			}
+			if b, err := os.ReadFile(filepath.Join(ws, "hello.txt")); err != nil || string(b) != "written in the box\n" {
+				t.Errorf("hello.txt in the workspace: %q %v", b, err)
+			}
+			api.mu.Lock()
+			defer api.mu.Unlock()
+			if len(api.toolResults) < 2 {
+				t.Fatalf("tool results seen by the model: %v", api.toolResults)
+			}
+			bash, _ := json.Marshal(api.toolResults[1])
+			if api.toolResults[1]["is_error"] == true || !strings.Contains(string(bash), "go version go1.") {
+				t.Errorf("the Bash call of go version did not succeed: %s", bash)
+			}
+			if len(api.auth) != 1 || !api.auth[c.auth] {
+				t.Errorf("the model API saw credentials %q, want only %q", keys(api.auth), c.auth)
+			}
+			if c.key == nil {
+				if b, _ := os.ReadFile(filepath.Join(home, ".claude", ".credentials.json")); string(b) != login {
+					t.Errorf("the worker's login changed: %s", b)
+				}
+			}
+			t.Logf("claude %s: %d model requests, denials %v, %s", bin, api.requests, denied, res.Duration)
+		})
 	}
-	var denied []sandbox.Denial
-	var mu sync.Mutex
-	log := &strings.Builder{}
-	res, err := a.Run(testCtx(t), Request{Prompt: "Write hello.txt, then run go version.", WorkDir: ws, Timeout: 2 * time.Minute,
-		Log: &lockedWriter{w: log}, OnEgressDenied: func(d sandbox.Denial) { mu.Lock(); denied = append(denied, d); mu.Unlock() }})
-	if err != nil {
-		t.Fatal(err)
+}
+
+func getenvIn(environ []string, k string) string {
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, k+"="); ok {
+			return v
+		}
 	}
-	if !res.Succeeded() || res.Sandbox != sandbox.ModeBwrap {
-		t.Fatalf("claude in the box: reason %q detail %q sandbox %q\n%s", res.Reason, res.Detail, res.Sandbox, log)
+	return ""
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
 	}
-	if b, err := os.ReadFile(filepath.Join(ws, "hello.txt")); err != nil || string(b) != "written in the box\n" {
-		t.Errorf("hello.txt in the workspace: %q %v", b, err)
-	}
-	api.mu.Lock()
-	defer api.mu.Unlock()
-	if len(api.toolResults) < 2 {
-		t.Fatalf("tool results seen by the model: %v", api.toolResults)
-	}
-	bash, _ := json.Marshal(api.toolResults[1])
-	if api.toolResults[1]["is_error"] == true || !strings.Contains(string(bash), "go version go1.") {
-		t.Errorf("the Bash call of go version did not succeed: %s", bash)
-	}
-	t.Logf("claude %s: %d model requests, denials %v, %s", bin, api.requests, denied, res.Duration)
+	return out
 }
 
 type lockedWriter struct {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ const (
 	checkOK   = "ok"
 	checkFail = "FAIL"
 	checkSkip = "skip" // not configured, on purpose
+	checkWarn = "warn" // works, but maybe not as the operator expects: not a failure
 )
 
 // doctorCheck is one line of `whilly doctor`. Details never hold a secret.
@@ -57,7 +59,7 @@ func (a *app) doctorCommand() *cobra.Command {
 		Long: `Check, one line each, what whilly needs: Postgres reachable and its schema up to date;
 each agent whilly is configured to use (WHILLY_AGENT, default claude, and WHILLY_PLANNER)
 found with its version, and logged in or its API key set; the sandbox (bubblewrap)
-usable; the GitHub App's configuration complete and its JWT accepted by GitHub (GET
+usable, and which PATH entries agents in it do not see; the GitHub App's configuration complete and its JWT accepted by GitHub (GET
 /app); the webhook secret set; and WHILLY_PUBLIC_URL reachable from this machine
 (its /healthz answers). Checks of what is not configured on purpose (no App, a local
 setup) are skipped. It exits 1 when a check fails; it changes nothing, except that with
@@ -106,6 +108,7 @@ func (a *app) doctor(ctx context.Context) *doctorReport {
 	a.doctorPostgres(ctx, rep)
 	a.doctorAgents(ctx, rep)
 	a.doctorSandbox(ctx, rep)
+	doctorSandboxPath(a.io.Getenv, rep)
 	a.doctorGitHub(ctx, rep)
 	rep.OK = !slices.ContainsFunc(rep.Checks, func(c doctorCheck) bool { return c.Status == checkFail })
 	return rep
@@ -223,6 +226,36 @@ func (a *app) doctorSandbox(ctx context.Context, rep *doctorReport) {
 		return
 	}
 	rep.add("sandbox", checkOK, "bubblewrap makes boxes here")
+}
+
+// doctorSandboxPath names the entries of the worker's PATH that an agent's box does not
+// see (relative ones, those under HOME), and how to show it a toolchain among them.
+func doctorSandboxPath(getenv func(string) string, rep *doctorReport) {
+	const check = "sandbox path"
+	set, err := sandbox.SettingsFromEnv(getenv)
+	switch {
+	case err != nil:
+		return // the sandbox line says what is wrong
+	case set.Mode == sandbox.ModeNone:
+		return
+	}
+	hidden := sandbox.HiddenPath(getenv("PATH"), getenv("HOME"), set.Tools)
+	var fixable []string
+	for _, d := range hidden {
+		if filepath.IsAbs(d) {
+			fixable = append(fixable, d)
+		}
+	}
+	switch {
+	case len(hidden) == 0:
+		rep.add(check, checkOK, "the box sees every PATH entry (outside HOME, or in WHILLY_SANDBOX_TOOLS)")
+	case len(fixable) == 0:
+		rep.add(check, checkWarn, "the box does not see the relative PATH entries %s", strings.Join(hidden, ", "))
+	default:
+		rep.add(check, checkWarn, "the box does not see these PATH entries (relative, or under HOME): %s; "+
+			"to give agents a toolchain among them, add its directory to WHILLY_SANDBOX_TOOLS (read-only in the box), such as WHILLY_SANDBOX_TOOLS=%s",
+			strings.Join(hidden, ", "), strings.Join(fixable, ","))
+	}
 }
 
 func (a *app) doctorGitHub(ctx context.Context, rep *doctorReport) {

@@ -76,7 +76,7 @@ func TestDoctorOnAHealthySetup(t *testing.T) {
 		t.Fatalf("doctor: exit %d\n%s", code, text)
 	}
 	t.Logf("doctor:\n%s", text)
-	want := []string{"configuration", "postgres", "migrations", "agent claude", "agent claude login", "sandbox", "github app", "webhook secret", "public url"}
+	want := []string{"configuration", "postgres", "migrations", "agent claude", "agent claude login", "sandbox", "sandbox path", "github app", "webhook secret", "public url"}
 	if len(rep.Checks) != len(want) {
 		t.Fatalf("checks:\n%s", text)
 	}

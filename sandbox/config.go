@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,10 +38,17 @@ type Settings struct {
 	AllowHosts []string
 	// AgentEnv names more variables of the worker's environment that reach the agent.
 	AgentEnv []string
+	// Tools are more toolchain directories bound read-only into the box (they may lie
+	// under HOME, as rustup's or pyenv's do; never HOME itself nor a directory holding it).
+	Tools []string
+	// AgentHome is the operator's directory the box's HOME is seeded from, read only;
+	// "" is the agents' configuration in the worker's HOME.
+	AgentHome string
 }
 
-// SettingsFromEnv reads WHILLY_SANDBOX, WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS and
-// WHILLY_AGENT_ENV through getenv (usually os.Getenv), and checks them.
+// SettingsFromEnv reads WHILLY_SANDBOX, WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS,
+// WHILLY_AGENT_ENV, WHILLY_SANDBOX_TOOLS and WHILLY_AGENT_HOME through getenv (usually
+// os.Getenv), and checks them (the tools against the worker's HOME).
 func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 	env := config.New(getenv)
 	s := Settings{
@@ -48,8 +56,13 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		Net:        strings.ToLower(env.Raw(config.SandboxNet)),
 		AllowHosts: env.List(config.SandboxAllowHosts),
 		AgentEnv:   env.List(config.AgentEnv),
+		Tools:      env.List(config.SandboxTools),
+		AgentHome:  env.Raw(config.AgentHome),
 	}
-	return s, s.validate()
+	if err := s.validate(); err != nil {
+		return s, err
+	}
+	return s, checkTools(s.Tools, getenv("HOME"))
 }
 
 func (s *Settings) validate() error {
@@ -78,7 +91,43 @@ func (s *Settings) validate() error {
 			return fmt.Errorf("WHILLY_AGENT_ENV names %s: whilly's own secrets never reach an agent", n)
 		}
 	}
+	if s.AgentHome != "" && !filepath.IsAbs(s.AgentHome) {
+		return fmt.Errorf("WHILLY_AGENT_HOME is %q: it must be an absolute path", s.AgentHome)
+	}
+	return checkTools(s.Tools, "")
+}
+
+// checkTools refuses a toolchain directory that is not an absolute path, or that is the
+// worker's HOME (home; "" checks only "/") or holds it: the box never sees HOME whole.
+func checkTools(tools []string, home string) error {
+	for _, d := range tools {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("WHILLY_SANDBOX_TOOLS: %q is not an absolute path", d)
+		}
+		if holdsHome(d, home) {
+			return fmt.Errorf("WHILLY_SANDBOX_TOOLS names %s, which is or holds the worker's HOME (%s): "+
+				"name the toolchain's own directory, such as %s", d, cmpOr(home, "/"), filepath.Join(cmpOr(home, "/root"), ".rustup"))
+		}
+	}
 	return nil
+}
+
+// holdsHome reports whether dir is "/", or home or a directory holding it, also once
+// their links are resolved.
+func holdsHome(dir, home string) bool {
+	dir = filepath.Clean(dir)
+	if dir == "/" {
+		return true
+	}
+	if home == "" {
+		return false
+	}
+	if within(home, dir) {
+		return true
+	}
+	rd, err1 := filepath.EvalSymlinks(dir)
+	rh, err2 := filepath.EvalSymlinks(home)
+	return err1 == nil && err2 == nil && (rd == "/" || within(rh, rd))
 }
 
 func envName(n string) bool {
@@ -166,7 +215,9 @@ const (
 // agentProfile is what one kind of agent needs from the worker.
 type agentProfile struct {
 	envPrefixes []string // variables passed whole (API keys, base URLs, models)
-	homeFiles   []string // files and directories under HOME copied into the box's HOME
+	homeFiles   []string // files under HOME copied into the box's HOME
+	configDir   string   // the CLI's directory in HOME
+	dirVar      string   // the CLI's variable that moves configDir elsewhere
 	baseURLVars []string // variables that override the model API's URL
 	hosts       []string // the model API's default hosts
 }
@@ -175,12 +226,16 @@ var (
 	claudeProfile = agentProfile{
 		envPrefixes: []string{"ANTHROPIC_", "CLAUDE_CODE_"},
 		homeFiles:   []string{".claude.json", ".claude/.credentials.json", ".claude/settings.json", ".claude/CLAUDE.md"},
+		configDir:   ".claude",
+		dirVar:      "CLAUDE_CONFIG_DIR",
 		baseURLVars: []string{"ANTHROPIC_BASE_URL"},
 		hosts:       []string{"api.anthropic.com"},
 	}
 	codexProfile = agentProfile{
 		envPrefixes: []string{"OPENAI_", "CODEX_API_KEY"},
 		homeFiles:   []string{".codex/auth.json", ".codex/config.toml", ".codex/AGENTS.md"},
+		configDir:   ".codex",
+		dirVar:      "CODEX_HOME",
 		baseURLVars: []string{"OPENAI_BASE_URL"},
 		hosts:       []string{"api.openai.com", "chatgpt.com", "auth.openai.com"},
 	}
@@ -199,24 +254,32 @@ func profileOf(kind string) []agentProfile {
 }
 
 // allowRules is what the proxy lets through for kind: the model API's host (the one its
-// base URL names, when the worker's environment overrides it) and the operator's hosts.
-func allowRules(kind string, getenv func(string) string, extra []string) []hostRule {
+// base URL names, when the worker's environment overrides it), the hosts of baseURLs
+// (the custom model providers of the agent's configuration) and the operator's hosts.
+func allowRules(kind string, getenv func(string) string, extra, baseURLs []string) []hostRule {
 	var rules []hostRule
 	add := func(s string) {
 		if r, err := parseHostRule(s); err == nil && !slices.Contains(rules, r) {
 			rules = append(rules, r)
 		}
 	}
+	addURL := func(raw string) bool {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || u.Hostname() == "" {
+			return false
+		}
+		if u.Port() != "" {
+			add(net.JoinHostPort(u.Hostname(), u.Port()))
+		} else {
+			add(u.Hostname())
+		}
+		return true
+	}
 	for _, p := range profileOf(kind) {
 		overridden := false
 		for _, v := range p.baseURLVars {
-			if u, err := url.Parse(strings.TrimSpace(getenv(v))); err == nil && u.Hostname() != "" {
+			if addURL(getenv(v)) {
 				overridden = true
-				if u.Port() != "" {
-					add(net.JoinHostPort(u.Hostname(), u.Port()))
-				} else {
-					add(u.Hostname())
-				}
 			}
 		}
 		if !overridden {
@@ -225,10 +288,140 @@ func allowRules(kind string, getenv func(string) string, extra []string) []hostR
 			}
 		}
 	}
+	for _, u := range baseURLs {
+		addURL(u)
+	}
 	for _, h := range extra {
 		add(h)
 	}
 	return rules
+}
+
+// agentFiles says where the worker keeps the agents' configuration a box's HOME is seeded
+// from: the operator's WHILLY_AGENT_HOME (agentHome), else the worker's HOME, where a
+// CLI's own variable (CODEX_HOME, CLAUDE_CONFIG_DIR) may move its directory.
+type agentFiles struct {
+	home, agentHome string
+	getenv          func(string) string
+}
+
+// path is the worker's file for rel, a path under the box's HOME; "" when there is none.
+func (f agentFiles) path(rel string) string {
+	if f.agentHome != "" {
+		return filepath.Join(f.agentHome, rel)
+	}
+	for _, p := range []agentProfile{claudeProfile, codexProfile} {
+		if rest, ok := strings.CutPrefix(rel, p.configDir+"/"); ok {
+			if d := f.getenv(p.dirVar); filepath.IsAbs(d) {
+				return filepath.Join(d, rest)
+			}
+		}
+	}
+	if f.home == "" {
+		return ""
+	}
+	return filepath.Join(f.home, rel)
+}
+
+func filesFromEnv(getenv func(string) string) agentFiles {
+	return agentFiles{home: getenv("HOME"), agentHome: config.New(getenv).Raw(config.AgentHome), getenv: getenv}
+}
+
+// AgentFile is the worker's file a box's ~/rel is seeded from (rel such as
+// ".claude/.credentials.json"), as getenv, the worker's environment, places it:
+// under WHILLY_AGENT_HOME, CODEX_HOME, CLAUDE_CONFIG_DIR or HOME. "" when there is none.
+func AgentFile(rel string, getenv func(string) string) string {
+	return filesFromEnv(getenv).path(rel)
+}
+
+// codexProvider is a model provider codex's config.toml selects instead of OpenAI's.
+type codexProvider struct {
+	name    string
+	envKey  string // the variable holding its key; "" when it needs none
+	baseURL string
+}
+
+// CodexProvider is the custom model provider the worker's codex configuration selects
+// (model_provider = "x" with a [model_providers.x] table: env_key, base_url): its name
+// and the variable holding its key ("" when it needs none); ok is false when codex uses
+// OpenAI's, with its own login.
+func CodexProvider(getenv func(string) string) (name, envKey string, ok bool) {
+	p, ok := readCodexProvider(filesFromEnv(getenv))
+	return p.name, p.envKey, ok
+}
+
+func readCodexProvider(files agentFiles) (codexProvider, bool) {
+	b, err := readRegular(files.path(".codex/config.toml"), true)
+	if err != nil {
+		return codexProvider{}, false
+	}
+	return parseCodexProvider(string(b))
+}
+
+// customProviders are what the agent's configuration adds for a custom model provider:
+// the variable holding its key, which reaches the box, and its base URL, whose host the
+// proxy allows.
+func customProviders(kind string, files agentFiles) (envKeys, baseURLs []string) {
+	if kind != AgentCodex && kind != AgentCommand {
+		return nil, nil
+	}
+	p, ok := readCodexProvider(files)
+	if !ok {
+		return nil, nil
+	}
+	if p.envKey != "" {
+		envKeys = append(envKeys, p.envKey)
+	}
+	if p.baseURL != "" {
+		baseURLs = append(baseURLs, p.baseURL)
+	}
+	return envKeys, baseURLs
+}
+
+// parseCodexProvider reads what it needs of codex's config.toml: the top level's
+// model_provider (or that of the [profiles.<profile>] it selects) and that provider's
+// table. Only string values on one line are read, which is how codex writes them.
+func parseCodexProvider(toml string) (codexProvider, bool) {
+	tables := map[string]map[string]string{}
+	table := ""
+	for _, line := range strings.Split(toml, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "[") {
+			head, _, _ := strings.Cut(strings.TrimPrefix(line, "["), "]")
+			parts := strings.Split(head, ".")
+			for i, p := range parts {
+				parts[i] = strings.Trim(strings.TrimSpace(p), `"'`)
+			}
+			table = strings.Join(parts, ".")
+			continue
+		}
+		key, val, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		key = strings.Trim(strings.TrimSpace(key), `"'`)
+		val = strings.TrimSpace(val)
+		if len(val) < 2 || (val[0] != '"' && val[0] != '\'') {
+			continue
+		}
+		end := strings.IndexByte(val[1:], val[0])
+		if end < 0 {
+			continue
+		}
+		if tables[table] == nil {
+			tables[table] = map[string]string{}
+		}
+		tables[table][key] = val[1 : 1+end]
+	}
+	name := tables[""]["model_provider"]
+	if prof := tables[""]["profile"]; prof != "" && tables["profiles."+prof]["model_provider"] != "" {
+		name = tables["profiles."+prof]["model_provider"]
+	}
+	if name == "" || name == "openai" {
+		return codexProvider{}, false
+	}
+	t := tables["model_providers."+name]
+	return codexProvider{name: name, envKey: t["env_key"], baseURL: t["base_url"]}, true
 }
 
 // ErrUnavailable means bubblewrap cannot make a box on this machine.

@@ -3,8 +3,10 @@
 // workers and on the control plane alike.
 //
 // With bubblewrap (bwrap) the agent gets new user, pid, ipc, uts and network namespaces;
-// the workspace read-write; a private HOME seeded only with the agent's own configuration;
-// read-only system directories (what other users may not read stays hidden); its own
+// the workspace read-write; a private HOME seeded only with the agent's own configuration
+// (its login read-only and without refresh tokens; nothing flows back); read-only system
+// directories (what other users may not read stays hidden), toolchains and the agent's
+// own command, and nothing else of the worker's files; its own
 // /proc and /tmp; and an environment built from an allow-list (Env). When the attempt
 // ends the pid namespace dies, and every process the agent left behind with it. Its
 // network namespace holds only loopback: an HTTP proxy that the worker runs outside

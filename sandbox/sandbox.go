@@ -27,7 +27,7 @@ const (
 
 // systemDirs are bound read-only into every box (symlinks, as on merged-/usr systems,
 // are recreated as symlinks); whatever of /etc other users may not read is hidden.
-var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc"}
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
 
 // Config configures a Sandbox.
 type Config struct {
@@ -46,6 +46,8 @@ type Sandbox struct {
 	mode, net     string
 	allow         []string
 	agentEnv      []string
+	tools         []string // toolchain directories bound read-only (WHILLY_SANDBOX_TOOLS)
+	agentHome     string   // where the box's HOME is seeded from; "" is the worker's HOME
 	bwrap, init   string
 	disableUserns bool     // bwrap knows --disable-userns (0.8 and later)
 	etcMasks      []string // entries of /etc that other users may not read
@@ -57,7 +59,8 @@ func New(cfg Config) (*Sandbox, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Sandbox{mode: cfg.Mode, net: cfg.Net, allow: cfg.AllowHosts, agentEnv: cfg.AgentEnv}
+	s := &Sandbox{mode: cfg.Mode, net: cfg.Net, allow: cfg.AllowHosts, agentEnv: cfg.AgentEnv,
+		tools: cfg.Tools, agentHome: cfg.AgentHome}
 	if s.mode == "" {
 		s.mode = ModeBwrap
 	}
@@ -150,10 +153,8 @@ type Cmd struct {
 	Mode string // ModeBwrap or ModeNone
 	Net  string // the box's network policy; "" unboxed
 
-	tmp     string
-	home    string // the worker's HOME, where refreshed credentials go back
-	proxy   *proxy
-	profile []agentProfile
+	tmp   string
+	proxy *proxy
 }
 
 // Prepare makes the box for one run. Close the Cmd when the process has ended.
@@ -163,11 +164,14 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 		environ = os.Environ()
 	}
 	getenv := lookup(environ)
+	files := s.files(getenv)
+	envKeys, baseURLs := customProviders(spec.Agent, files)
+	var agentEnv []string
+	if s != nil {
+		agentEnv = s.agentEnv
+	}
+	agentEnv = append(slices.Clip(agentEnv), envKeys...)
 	if !s.Boxed() {
-		var agentEnv []string
-		if s != nil {
-			agentEnv = s.agentEnv
-		}
 		return &Cmd{Path: spec.Path, Args: spec.Args, Dir: spec.Dir, Mode: ModeNone,
 			Env: allowedEnv(environ, spec.Agent, agentEnv, true, getenv("HOME"), nil, spec.Env)}, nil
 	}
@@ -187,7 +191,10 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	if dir == "/" || (home != "" && within(home, dir)) {
 		return nil, fmt.Errorf("sandbox: the workspace %s would expose %s to the agent; run it in a project directory", dir, cmpOr(home, "/"))
 	}
-	exe, exeBind, err := executable(spec.Path, home)
+	if err := checkTools(s.tools, home); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	exe, exeBinds, err := executable(spec.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -199,24 +206,25 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 		_ = os.RemoveAll(tmp)
 		return nil, fmt.Errorf("sandbox: mark the box's directory: %w", err)
 	}
-	c := &Cmd{Dir: dir, Mode: ModeBwrap, Net: s.net, tmp: tmp, home: home, profile: profileOf(spec.Agent)}
+	c := &Cmd{Dir: dir, Mode: ModeBwrap, Net: s.net, tmp: tmp}
 	boxHomeDir := filepath.Join(tmp, "home")
 	if err := os.Mkdir(boxHomeDir, 0o700); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("sandbox: make the box's home: %w", err)
 	}
-	seedHome(home, boxHomeDir, c.profile)
+	creds := seedHome(files, boxHomeDir, profileOf(spec.Agent))
 
 	a := s.baseArgs()
-	var ro []string
-	if exeBind != "" {
-		ro = append(ro, exeBind)
-	}
-	ro = append(ro, pathDirs(getenv("PATH"), home)...)
+	ro := append(exeBinds, pathDirs(getenv("PATH"), home)...)
+	ro = append(ro, s.tools...)
 	for _, p := range sortedByDepth(ro) {
 		a = append(a, "--ro-bind-try", p, p)
 	}
-	a = append(a, "--bind", boxHomeDir, boxHome, "--bind", dir, dir)
+	a = append(a, "--bind", boxHomeDir, boxHome)
+	for _, rel := range creds {
+		a = append(a, "--ro-bind", filepath.Join(boxHomeDir, rel), filepath.Join(boxHome, rel))
+	}
+	a = append(a, "--bind", dir, dir)
 	for _, b := range spec.Binds {
 		a = append(a, b.args()...)
 	}
@@ -224,7 +232,7 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	initArgs := []string{boxInit, initArg}
 	if s.net == NetProxy {
 		sock := filepath.Join(tmp, "proxy.sock")
-		if c.proxy, err = startProxy(ctx, sock, allowRules(spec.Agent, getenv, s.allow), spec.OnDenied); err != nil {
+		if c.proxy, err = startProxy(ctx, sock, allowRules(spec.Agent, getenv, s.allow, baseURLs), spec.OnDenied); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -236,7 +244,7 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 		// Telemetry and update checks would only be refused by the proxy, one event each.
 		set = append(set, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1")
 	}
-	c.Env = allowedEnv(environ, spec.Agent, s.agentEnv, s.net == NetHost, boxHome, set, spec.Env)
+	c.Env = allowedEnv(environ, spec.Agent, agentEnv, s.net == NetHost, boxHome, set, spec.Env)
 	a = append(a, "--")
 	a = append(a, initArgs...)
 	a = append(a, "--", exe)
@@ -280,8 +288,8 @@ func (s *Sandbox) baseArgs() []string {
 	return append(a, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", s.init, boxInit)
 }
 
-// Close stops the run's proxy, keeps credentials the agent's CLI refreshed, and removes
-// the box's directory. Call it once the process has ended.
+// Close stops the run's proxy and removes the box's directory: nothing the box wrote
+// flows back to the worker. Call it once the process has ended.
 func (c *Cmd) Close() {
 	if c == nil || c.tmp == "" {
 		return
@@ -289,7 +297,6 @@ func (c *Cmd) Close() {
 	if c.proxy != nil {
 		c.proxy.close()
 	}
-	keepCredentials(filepath.Join(c.tmp, "home"), c.home, c.profile)
 	if err := os.RemoveAll(c.tmp); err != nil {
 		// The agent may have left directories without write permission. Through os.Root,
 		// so that a link it planted cannot point the chmod outside the box's directory.
@@ -377,45 +384,104 @@ func Open(ctx context.Context, set Settings, needBox bool) (*Sandbox, error) {
 }
 
 // executable is the path to run inside the box and what to bind for it: nothing when it
-// lives in a system directory; the node_modules directory it lives in, for a CLI that npm
-// installed (its native binary sits in a sibling platform package: Codex, Claude Code);
-// else the directory it really lives in, or the file alone when that directory would
-// expose home.
-func executable(path, home string) (exe, bind string, err error) {
+// lives in a system directory; for a CLI that npm installed, its own package and the
+// platform packages beside it that hold its native binary (Codex, Claude Code); else
+// the file alone. Never the directory it lies in, which may hold anything.
+func executable(path string) (exe string, binds []string, err error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return "", "", fmt.Errorf("sandbox: resolve the agent's executable %s: %w", path, err)
+		return "", nil, fmt.Errorf("sandbox: resolve the agent's executable %s: %w", path, err)
 	}
 	if real, err = filepath.Abs(real); err != nil {
-		return "", "", fmt.Errorf("sandbox: resolve the agent's executable %s: %w", path, err)
+		return "", nil, fmt.Errorf("sandbox: resolve the agent's executable %s: %w", path, err)
 	}
 	if underSystem(path) && underSystem(real) {
-		return path, "", nil
+		return path, nil, nil
 	}
-	d := filepath.Dir(real)
-	if i := strings.LastIndex(real, "/node_modules/"); i > 0 {
-		d = real[:i+len("/node_modules")]
+	if pkgs := npmPackages(real); pkgs != nil {
+		return real, pkgs, nil
 	}
-	if d == "/" || (home != "" && within(home, d)) || underSystem(d) {
-		return real, real, nil
-	}
-	return real, d, nil
+	return real, []string{real}, nil
 }
 
-// pathDirs are the directories of PATH outside the system ones (a Go or Node toolchain
-// in /usr/local or under HOME): bound read-only so the agent's shell finds them. A
-// directory that is HOME or holds it is never bound.
+// npmPackages are, for a file of an npm package (…/node_modules/[@scope/]name/…), that
+// package's directory and its siblings in the same scope named name-… (the platform
+// packages: @openai/codex-linux-x64); nil for a file of no package.
+func npmPackages(real string) []string {
+	i := strings.LastIndex(real, "/node_modules/")
+	if i < 0 {
+		return nil
+	}
+	nm := real[:i+len("/node_modules")]
+	parts := strings.Split(real[len(nm)+1:], "/")
+	scope := ""
+	if strings.HasPrefix(parts[0], "@") {
+		scope, parts = parts[0], parts[1:]
+	}
+	if len(parts) < 2 || strings.HasPrefix(parts[0], ".") {
+		return nil
+	}
+	dir, name := filepath.Join(nm, scope), parts[0]
+	out := []string{filepath.Join(dir, name)}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if !strings.HasPrefix(e.Name(), name+"-") {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() { // pnpm links its packages
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// pathDirs are what the box binds read-only for the worker's PATH (home is its HOME).
 func pathDirs(path, home string) []string {
 	var out []string
 	for _, d := range filepath.SplitList(path) {
-		if !filepath.IsAbs(d) {
+		if bind, _ := pathEntry(d, home); bind != "" && !slices.Contains(out, bind) {
+			out = append(out, bind)
+		}
+	}
+	return out
+}
+
+// pathEntry is what the box makes of one PATH entry: the directory bound for it ("" for
+// none), and whether the agent's shell misses it (hidden). Bound: an absolute entry
+// outside the system directories and outside HOME (a Go or Node toolchain), or, for a
+// toolchain's bin directory (/opt/go/bin), the toolchain's directory, so that what bin
+// links to resolves, unless that is a top-level directory (/opt) or holds HOME. Hidden:
+// relative entries, and those under HOME or holding it.
+func pathEntry(d, home string) (bind string, hidden bool) {
+	if !filepath.IsAbs(d) {
+		return "", true
+	}
+	d = filepath.Clean(d)
+	switch {
+	case underSystem(d):
+		return "", false
+	case d == "/" || (home != "" && (within(d, home) || within(home, d))):
+		return "", true
+	case d == "/proc" || d == "/sys" || d == "/dev" || strings.HasPrefix(d, "/proc/") || strings.HasPrefix(d, "/sys/") || strings.HasPrefix(d, "/dev/"):
+		return "", true
+	}
+	if parent := filepath.Dir(d); filepath.Base(d) == "bin" && filepath.Dir(parent) != "/" && !holdsHome(parent, home) {
+		return parent, false
+	}
+	return d, false
+}
+
+// HiddenPath lists the entries of the worker's PATH (path) that an agent's box does not
+// see: relative ones, and those under HOME (home) that no WHILLY_SANDBOX_TOOLS directory
+// (tools) holds.
+func HiddenPath(path, home string, tools []string) []string {
+	var out []string
+	for _, d := range filepath.SplitList(path) {
+		if _, hidden := pathEntry(d, home); !hidden || slices.Contains(out, d) {
 			continue
 		}
-		d = filepath.Clean(d)
-		if d == "/" || underSystem(d) || (home != "" && within(home, d)) || slices.Contains(out, d) {
-			continue
-		}
-		if strings.HasPrefix(d, "/proc") || strings.HasPrefix(d, "/sys") || strings.HasPrefix(d, "/dev") {
+		if filepath.IsAbs(d) && slices.ContainsFunc(tools, func(t string) bool { return within(filepath.Clean(d), filepath.Clean(t)) }) {
 			continue
 		}
 		out = append(out, d)
@@ -505,62 +571,93 @@ func removeStaleBoxes(dir string) {
 	}
 }
 
-// maxConfigFile bounds what is copied into and out of a box's HOME.
+// maxConfigFile bounds what is copied into a box's HOME.
 const maxConfigFile = 4 << 20
 
-// seedHome copies the agent's own configuration (and nothing else of the worker's HOME)
-// into the box's.
-func seedHome(from, to string, profiles []agentProfile) {
-	if from == "" {
-		return
-	}
+// seedHome copies the agents' own configuration (and nothing else of the worker's files)
+// from where files places it into the box's HOME (to). The login files lose their
+// refresh tokens; seedHome returns those it wrote, for the box to see read-only.
+func seedHome(files agentFiles, to string, profiles []agentProfile) (creds []string) {
 	for _, p := range profiles {
 		for _, rel := range p.homeFiles {
-			b, err := readRegular(filepath.Join(from, rel), true)
+			src := files.path(rel)
+			if src == "" {
+				continue
+			}
+			b, err := readRegular(src, true)
 			if err != nil {
 				continue
 			}
-			dst := filepath.Join(to, rel)
-			if os.MkdirAll(filepath.Dir(dst), 0o700) == nil {
-				_ = os.WriteFile(dst, b, 0o600)
+			login := slices.Contains(credentialFiles, rel)
+			if login {
+				if b, err = withoutRefreshTokens(b); err != nil {
+					continue // a login file that cannot be cleaned is not copied
+				}
 			}
+			dst := filepath.Join(to, rel)
+			if os.MkdirAll(filepath.Dir(dst), 0o700) != nil {
+				continue
+			}
+			mode := fs.FileMode(0o600)
+			if login {
+				mode = 0o400
+			}
+			if os.WriteFile(dst, b, mode) == nil && login {
+				creds = append(creds, rel)
+			}
+		}
+	}
+	return creds
+}
+
+// credentialFiles are the agents' CLIs' login files.
+var credentialFiles = []string{".claude/.credentials.json", ".codex/auth.json"}
+
+// withoutRefreshTokens is a login file (a JSON object) without its refresh tokens, at
+// any depth (refreshToken, refresh_token): the box gets what uses the login, never what
+// renews it. Everything else (access and ID tokens, API keys, expiry, scopes) stays.
+func withoutRefreshTokens(b []byte) ([]byte, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v map[string]any
+	if err := d.Decode(&v); err != nil {
+		return nil, fmt.Errorf("read a login file: %w", err)
+	}
+	dropRefreshTokens(v)
+	var out bytes.Buffer
+	e := json.NewEncoder(&out)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(v); err != nil {
+		return nil, fmt.Errorf("write a login file: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+func dropRefreshTokens(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if strings.EqualFold(strings.ReplaceAll(k, "_", ""), "refreshtoken") {
+				delete(x, k)
+				continue
+			}
+			dropRefreshTokens(e)
+		}
+	case []any:
+		for _, e := range x {
+			dropRefreshTokens(e)
 		}
 	}
 }
 
-// credentialFiles are what an agent's CLI rewrites when it refreshes its login: kept
-// after the run so that the worker's next run does not present a spent refresh token.
-var credentialFiles = []string{".claude/.credentials.json", ".codex/auth.json"}
-
-// keepCredentials copies refreshed credentials back to the worker's HOME: a regular file
-// (never a link the agent planted), of bounded size, that is a JSON object and differs
-// from the worker's.
-func keepCredentials(box, home string, profiles []agentProfile) {
-	if home == "" {
-		return
+// files is where the worker keeps the agents' configuration, for a run in getenv's
+// environment.
+func (s *Sandbox) files(getenv func(string) string) agentFiles {
+	f := agentFiles{home: getenv("HOME"), getenv: getenv}
+	if s != nil {
+		f.agentHome = s.agentHome
 	}
-	for _, p := range profiles {
-		for _, rel := range p.homeFiles {
-			if !slices.Contains(credentialFiles, rel) {
-				continue
-			}
-			src, dst := filepath.Join(box, rel), filepath.Join(home, rel)
-			b, err := readRegular(src, false)
-			if err != nil || !json.Valid(b) || len(bytes.TrimSpace(b)) == 0 || bytes.TrimSpace(b)[0] != '{' {
-				continue
-			}
-			old, err := readRegular(dst, false)
-			if err != nil || bytes.Equal(old, b) {
-				continue // only a login the worker has is refreshed
-			}
-			tmp := dst + ".whilly-tmp"
-			if os.WriteFile(tmp, b, 0o600) == nil {
-				if os.Rename(tmp, dst) != nil {
-					_ = os.Remove(tmp)
-				}
-			}
-		}
-	}
+	return f
 }
 
 // readRegular reads a regular file of at most maxConfigFile. Unless follow (the worker's

@@ -45,6 +45,8 @@ func TestSettingsFromEnv(t *testing.T) {
 		{"WHILLY_AGENT_ENV": "WHILLY_WORKER_TOKEN"},
 		{"WHILLY_AGENT_ENV": "WHILLY_DATABASE_URL"},
 		{"WHILLY_AGENT_ENV": "A=B"},
+		{"WHILLY_AGENT_HOME": "relative/agent-home"},
+		{"WHILLY_SANDBOX_TOOLS": "/"},
 	} {
 		if _, err := SettingsFromEnv(env(bad)); err == nil {
 			t.Errorf("%v accepted", bad)
@@ -93,7 +95,7 @@ func TestAllowRules(t *testing.T) {
 		{AgentClaude, none, []string{"registry.npmjs.org:8443"}, "registry.npmjs.org", 443, false},
 	}
 	for i, c := range cases {
-		p := &proxy{rules: allowRules(c.kind, c.getenv, c.extra)}
+		p := &proxy{rules: allowRules(c.kind, c.getenv, c.extra, nil)}
 		if got := p.allowed(c.host, c.port); got != c.want {
 			t.Errorf("case %d: %s %s:%d allowed = %v, want %v", i, c.kind, c.host, c.port, got, c.want)
 		}
@@ -191,8 +193,8 @@ func TestBoxRefusesHomeAsWorkspace(t *testing.T) {
 	}
 }
 
-// The agent's own configuration is copied in, nothing else of HOME; a refreshed
-// credential comes back, a planted symlink does not.
+// The agent's own configuration is copied in, nothing else of HOME; what the agent
+// writes in its HOME does not come back.
 func TestBoxHomeSeedAndCredentials(t *testing.T) {
 	t.Parallel()
 	s := boxT(t, Settings{Net: NetNone})
@@ -215,7 +217,7 @@ func TestBoxHomeSeedAndCredentials(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := s.Prepare(ctxT(t), Spec{Path: "/bin/sh", Args: []string{"-c", `find "$HOME" -type f | sort; echo '{"new":2}' > "$HOME/.claude/.credentials.json"`},
+	c, err := s.Prepare(ctxT(t), Spec{Path: "/bin/sh", Args: []string{"-c", `find "$HOME" -type f | sort; echo '{"new":2}' > "$HOME/.claude.json"`},
 		Dir: t.TempDir(), Agent: AgentClaude, Environ: []string{"PATH=/usr/bin:/bin", "HOME=" + home}})
 	if err != nil {
 		t.Fatal(err)
@@ -230,8 +232,8 @@ func TestBoxHomeSeedAndCredentials(t *testing.T) {
 	if got := string(out); got != "/home/agent/.claude.json\n/home/agent/.claude/.credentials.json\n" {
 		t.Errorf("the box's HOME holds:\n%s", got)
 	}
-	if b, _ := os.ReadFile(filepath.Join(home, ".claude/.credentials.json")); strings.TrimSpace(string(b)) != `{"new":2}` {
-		t.Errorf("refreshed credentials not kept: %s", b)
+	if b, _ := os.ReadFile(dotfile); string(b) != `{"x":1}` {
+		t.Errorf("the box wrote the worker's .claude.json: %s", b)
 	}
 	if _, err := os.Stat(c.tmp); c.tmp != "" || err == nil {
 		t.Errorf("the box's directory is left: %q", c.tmp)
@@ -317,90 +319,34 @@ func TestNotDumpable(t *testing.T) {
 }
 
 // A CLI installed with npm runs a launcher that finds its native binary in a sibling
-// package of node_modules (Codex, Claude Code): the whole node_modules is bound.
-func TestBoxBindsTheNodeModulesOfAnNpmCLI(t *testing.T) {
+// package of node_modules (Codex, Claude Code): its package and that sibling are bound,
+// not the rest of node_modules (another package's token), scoped or not.
+func TestBoxBindsTheNpmPackageOfACLI(t *testing.T) {
 	t.Parallel()
 	s := boxT(t, Settings{Net: NetNone})
-	nm := filepath.Join(t.TempDir(), "node_modules")
-	for p, body := range map[string]string{
-		"cli/bin/cli.sh":              "#!/bin/sh\ncat \"$(dirname \"$0\")/../../cli-linux-x64/vendor/native\"\n",
-		"cli-linux-x64/vendor/native": "native binary here\n",
-	} {
-		full := filepath.Join(nm, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+	for _, scope := range []string{"", "@vendor"} {
+		nm := filepath.Join(t.TempDir(), "node_modules")
+		pkgs := filepath.Join(nm, scope)
+		writeFiles(t, pkgs, map[string]string{
+			"cli/bin/cli.sh":              "#!/bin/sh\nd=\"$(dirname \"$0\")/../..\"\ncat \"$d/cli-linux-x64/vendor/native\" \"$d/other/token\" \"$d/clip/token\" " + nm + "/top/token\n",
+			"cli-linux-x64/vendor/native": "native binary here\n",
+			"other/token":                 "otherPackageToken\n",
+			"clip/token":                  "clipPackageToken\n",
+		})
+		writeFiles(t, nm, map[string]string{"top/token": "topToken\n"})
+		if err := os.Chmod(filepath.Join(pkgs, "cli/bin/cli.sh"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(full, []byte(body), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(nm, ".bin"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := os.MkdirAll(filepath.Join(nm, ".bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(nm, ".bin", "cli")
-	if err := os.Symlink("../cli/bin/cli.sh", link); err != nil {
-		t.Fatal(err)
-	}
-	c, err := s.Prepare(ctxT(t), Spec{Path: link, Dir: t.TempDir(), Agent: AgentCodex, Environ: []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
-	cmd.Env = c.Env
-	out, err := cmd.CombinedOutput()
-	if err != nil || string(out) != "native binary here\n" {
-		t.Errorf("the npm CLI in the box: %v %q", err, out)
-	}
-}
-
-// An agent that swaps its credential files for a link to a host file or a FIFO gets
-// neither copied back, and does not block the worker.
-func TestBoxCredentialsKeepRefusesLinksAndFIFOs(t *testing.T) {
-	t.Parallel()
-	s := boxT(t, Settings{Net: NetNone})
-	home := t.TempDir()
-	for name, body := range map[string]string{".claude/.credentials.json": `{"mine":1}`, ".codex/auth.json": `{"mine":2}`} {
-		p := filepath.Join(home, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		link := filepath.Join(nm, ".bin", "cli")
+		if err := os.Symlink(filepath.Join("..", scope, "cli/bin/cli.sh"), link); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A JSON file on the host: the box cannot see it, but a copy-back that followed the
-	// link would read it on the worker's side.
-	hostJSON := filepath.Join(t.TempDir(), "planted.json")
-	if err := os.WriteFile(hostJSON, []byte(`{"attacker":1}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := s.Prepare(ctxT(t), Spec{Path: "/bin/sh", Args: []string{"-c", `cd "$HOME" &&
-rm .claude/.credentials.json && ln -s "$0" .claude/.credentials.json &&
-rm .codex/auth.json && mkfifo .codex/auth.json`, hostJSON},
-		Dir: t.TempDir(), Agent: AgentCommand, Environ: []string{"PATH=/usr/bin:/bin", "HOME=" + home}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
-	cmd.Env = c.Env
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	done := make(chan struct{})
-	go func() { c.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close blocked on what the agent planted")
-	}
-	for name, want := range map[string]string{".claude/.credentials.json": `{"mine":1}`, ".codex/auth.json": `{"mine":2}`} {
-		fi, err := os.Lstat(filepath.Join(home, name))
-		if err != nil || !fi.Mode().IsRegular() {
-			t.Fatalf("%s: %v %v", name, fi, err)
-		}
-		if b, _ := os.ReadFile(filepath.Join(home, name)); string(b) != want {
-			t.Errorf("%s = %q, want %q", name, b, want)
+		out, _ := runSpec(t, s, Spec{Path: link, Dir: t.TempDir(), Agent: AgentCodex, Environ: []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}})
+		if !strings.HasPrefix(out, "native binary here\n") || strings.Contains(out, "Token") {
+			t.Errorf("the npm CLI in %s in the box:\n%s", pkgs, out)
 		}
 	}
 }
