@@ -302,8 +302,18 @@ func TestBrokenWorkspaceIsClonedAfresh(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(dir, ".git"), "gitdir: /nonexistent\n")
 	co = openWorkspace(t, ws, "b", spec)
-	defer co.Close()
 	if _, err := os.Stat(filepath.Join(co.Dir, "README.md")); err != nil {
 		t.Fatalf("the fresh checkout lacks the remote's files: %v", err)
+	}
+	_ = co.Close()
+	// A broken index (the worker died writing it) is started over too.
+	writeFile(t, dir+".index", "not an index")
+	if err := os.Remove(filepath.Join(dir, "README.md")); err != nil {
+		t.Fatal(err)
+	}
+	co = openWorkspace(t, ws, "b", spec)
+	defer co.Close()
+	if b, err := os.ReadFile(filepath.Join(co.Dir, "README.md")); err != nil || string(b) != "# shop\n" {
+		t.Fatalf("the checkout after a broken index: README.md = %q %v", b, err)
 	}
 }

@@ -149,6 +149,7 @@ type Checkout struct {
 	base   string // the head of the base branch as fetched
 	ns     string // the plan's refs in the store: refs/whilly/<key>/
 	store  git    // git on the store alone
+	sLock  string // the store's lock file, held while fetching into it
 	tree   git    // git on the store, the work tree and the plan's index
 	lock   *fileLock
 	core   string // the .git/config of the attempt's own .git
@@ -216,7 +217,7 @@ func (ws *Workspaces) Open(ctx context.Context, planID string, spec client.Works
 	dir := ws.Dir(planID)
 	store := bareGit(ws.git, ws.storePath(name), spec)
 	c := &Checkout{Dir: dir, planID: planID, spec: spec, lock: lock, core: core, gate: ws.gate,
-		ns: "refs/whilly/" + key(planID) + "/", store: store, tree: store.withTree(dir, "GIT_INDEX_FILE="+indexPath(dir)),
+		ns: "refs/whilly/" + key(planID) + "/", store: store, sLock: ws.storeLockPath(name), tree: store.withTree(dir, "GIT_INDEX_FILE="+indexPath(dir)),
 		log: ws.log.With("plan_id", planID)}
 	// The lock file names its plan and its store (for gc and for removal when the plan
 	// ends), and its mtime records the last use. Written before the store is locked: gc
@@ -225,7 +226,7 @@ func (ws *Workspaces) Open(ctx context.Context, planID string, spec client.Works
 		_ = c.Close()
 		return nil, fmt.Errorf("record the workspace's plan: %w", err)
 	}
-	if err := c.fetch(ctx, ws.storeLockPath(name)); err != nil {
+	if err := c.fetch(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
@@ -333,17 +334,15 @@ func validSpec(s client.Workspace) error {
 // fetch brings the plan branch (or the base when the plan branch does not exist yet) and
 // the base branch into the store, under the plan's refs, in one fetch, holding the
 // store's lock; it sets the start and base commits.
-func (c *Checkout) fetch(ctx context.Context, storeLock string) error {
+func (c *Checkout) fetch(ctx context.Context) error {
 	if err := c.tokenValid(); err != nil {
 		return stageError("fetch", err)
 	}
-	lock, err := lockFile(ctx, storeLock, true)
+	unlock, err := c.lockStore(ctx)
 	if err != nil {
-		return stageError("fetch", fmt.Errorf("lock the repository's store: %w", err))
+		return stageError("fetch", err)
 	}
-	defer func() { _ = lock.unlock() }()
-	now := time.Now()
-	_ = os.Chtimes(storeLock, now, now) // the store's last use, for gc
+	defer unlock()
 	if _, err := os.Stat(filepath.Join(c.store.gitDir, "objects")); errors.Is(err, fs.ErrNotExist) {
 		if err := os.RemoveAll(c.store.gitDir); err != nil {
 			return stageError("init", fmt.Errorf("clear a half-made store: %w", err))
@@ -388,6 +387,17 @@ func (c *Checkout) fetch(ctx context.Context, storeLock string) error {
 	}
 	c.start, c.base = f[0], f[1]
 	return nil
+}
+
+// lockStore takes the store's lock, waiting for it, and records the store's last use.
+func (c *Checkout) lockStore(ctx context.Context) (func(), error) {
+	lock, err := lockFile(ctx, c.sLock, true)
+	if err != nil {
+		return nil, fmt.Errorf("lock the repository's store: %w", err)
+	}
+	now := time.Now()
+	_ = os.Chtimes(c.sLock, now, now) // for gc
+	return func() { _ = lock.unlock() }, nil
 }
 
 // checkout brings the work tree to the start commit: what an earlier attempt left that
@@ -780,8 +790,14 @@ func pushLostRace(line string) bool {
 // store, merged with git merge-tree (no work tree needed), committed on it. It returns
 // the branch's new head and the new commit.
 func (c *Checkout) rebase(ctx context.Context, g git, head, message string) (string, string, error) {
-	if _, err := c.store.run(ctx, true, "fetch", "-q", "--no-tags", "--no-write-fetch-head", "--", c.spec.CloneURL,
-		"+refs/heads/"+c.spec.Branch+":"+c.ns+"branch"); err != nil {
+	unlock, err := c.lockStore(ctx)
+	if err != nil {
+		return "", "", stageError("rebase", err)
+	}
+	_, err = c.store.run(ctx, true, "fetch", "-q", "--no-tags", "--no-write-fetch-head", "--", c.spec.CloneURL,
+		"+refs/heads/"+c.spec.Branch+":"+c.ns+"branch")
+	unlock()
+	if err != nil {
 		return "", "", stageError("rebase", err)
 	}
 	out, err := c.store.run(ctx, false, "rev-parse", "--verify", "--end-of-options", c.ns+"branch^{commit}")
