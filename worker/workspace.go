@@ -836,7 +836,35 @@ func (ws *Workspaces) Remove(ctx context.Context, planID string) error {
 	if err != nil {
 		return fmt.Errorf("lock the workspace of plan %s: %w", planID, err)
 	}
+	if err := ws.dropPlanRefs(ctx, planID, lockPath); err != nil {
+		ws.log.WarnContext(ctx, "drop the plan's refs from its store", "plan_id", planID, "error", err)
+	}
 	return removeLocked(ws.Dir(planID), lockPath, lock)
+}
+
+// dropPlanRefs deletes the plan's refs from the store its lock file names, if any.
+func (ws *Workspaces) dropPlanRefs(ctx context.Context, planID, lockPath string) error {
+	b, err := os.ReadFile(lockPath)
+	if err != nil {
+		return nil //nolint:nilerr // no lock file: nothing was fetched
+	}
+	_, name, _ := strings.Cut(string(b), "\n")
+	name = strings.TrimSpace(name)
+	if name == "" || unsafeKey.MatchString(name) || strings.HasPrefix(name, ".") {
+		return nil
+	}
+	if _, err := os.Stat(ws.storePath(name)); err != nil {
+		return nil //nolint:nilerr // gc removed the store already
+	}
+	lock, err := lockFile(ctx, ws.storeLockPath(name), true)
+	if err != nil {
+		return fmt.Errorf("lock the repository's store: %w", err)
+	}
+	defer func() { _ = lock.unlock() }()
+	ns := "refs/whilly/" + key(planID) + "/"
+	_, err = bareGit(ws.git, ws.storePath(name), client.Workspace{}).runInput(ctx, false,
+		"delete "+ns+"branch\ndelete "+ns+"base\n", "update-ref", "--stdin")
+	return err
 }
 
 // removeLocked deletes a workspace, its index and its lock file while holding the lock:

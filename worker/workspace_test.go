@@ -407,6 +407,12 @@ func (e *repoEnv) assertNoWorkspaceLeft(t *testing.T) {
 	if err != nil || len(left) > 0 {
 		t.Fatalf("quarantines left: %v %v", left, err)
 	}
+	stores, _ := filepath.Glob(filepath.Join(e.wsDir, ".repos", "*.git"))
+	for _, store := range stores {
+		if refs := gitIn(t, store, "for-each-ref", "refs/whilly/"); refs != "" {
+			t.Fatalf("the ended plans' refs are left in the store:\n%s", refs)
+		}
+	}
 }
 
 // assertTokenNowhere checks the token reached neither the agent's environment, nor
