@@ -80,7 +80,7 @@ type Request struct {
 	// OnEgressDenied, when set, is told about each host the sandbox's proxy refused the
 	// agent (once per host and port). It is called from another goroutine.
 	OnEgressDenied func(sandbox.Denial)
-	// Binds are more of the worker's paths in the box (the checkout's box-only .git, the
+	// Binds are more of the worker's paths in the box (the repository store's objects, the
 	// plan's caches); unboxed runs ignore them.
 	Binds []sandbox.Bind
 }

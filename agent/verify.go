@@ -30,9 +30,9 @@ type VerifyResult struct {
 // environment an agent gets. Every command runs, so the report is complete; once ctx is
 // done the rest are marked Skipped.
 //
-// They run in sb like the agent (a nil sb runs them unboxed): they run the code the agent
-// wrote.
-func RunVerify(ctx context.Context, sb *sandbox.Sandbox, dir string, cmds []plan.Verify, timeout time.Duration) []VerifyResult {
+// They run in sb like the agent (a nil sb runs them unboxed), with the same binds: they
+// run the code the agent wrote.
+func RunVerify(ctx context.Context, sb *sandbox.Sandbox, dir string, binds []sandbox.Bind, cmds []plan.Verify, timeout time.Duration) []VerifyResult {
 	if timeout <= 0 {
 		timeout = DefaultVerifyTimeout
 	}
@@ -46,15 +46,15 @@ func RunVerify(ctx context.Context, sb *sandbox.Sandbox, dir string, cmds []plan
 		case lookErr != nil:
 			vr.Error = fmt.Sprintf("look up sh: %v", lookErr)
 		default:
-			runVerifyOne(ctx, sb, sh, dir, c.Command, timeout, &vr)
+			runVerifyOne(ctx, sb, sh, dir, binds, c.Command, timeout, &vr)
 		}
 		out = append(out, vr)
 	}
 	return out
 }
 
-func runVerifyOne(ctx context.Context, sb *sandbox.Sandbox, sh, dir, command string, timeout time.Duration, vr *VerifyResult) {
-	box, err := sb.Prepare(ctx, sandbox.Spec{Path: sh, Args: []string{"-c", command}, Dir: dir, Agent: sandbox.AgentNone})
+func runVerifyOne(ctx context.Context, sb *sandbox.Sandbox, sh, dir string, binds []sandbox.Bind, command string, timeout time.Duration, vr *VerifyResult) {
+	box, err := sb.Prepare(ctx, sandbox.Spec{Path: sh, Args: []string{"-c", command}, Dir: dir, Agent: sandbox.AgentNone, Binds: binds})
 	if err != nil {
 		vr.Error = err.Error()
 		return

@@ -16,6 +16,8 @@ case "$*" in
 *push*refs/heads/whilly/issue-7*)
   if [ ! -e "%[1]s/raced" ]; then
     touch "%[1]s/raced"
+    # The other task's git is not the worker's: none of the push's own variables.
+    unset GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES
     export GIT_AUTHOR_NAME=Other GIT_AUTHOR_EMAIL=o@x GIT_COMMITTER_NAME=Other GIT_COMMITTER_EMAIL=o@x
     base=$(git --git-dir=%[2]q rev-parse refs/heads/main)
     other=$(echo "the other task" | git --git-dir=%[2]q commit-tree "$base^{tree}" -p "$base")

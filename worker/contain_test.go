@@ -97,6 +97,8 @@ func TestDiffGateBypassesAreRefused(t *testing.T) {
 // .git/info/exclude and as refs (a tag, a note, a branch) is gone when the next task of
 // the plan opens the checkout; only the plan branch reaches the remote. Before, ignored
 // files and .git/info survived into the next task, out of the pull request's sight.
+// (.git/info/exclude no longer hides anything from the commit: the worker reads the work
+// tree with the repository's own ignore files only.)
 func TestPlantedFilesAndRefsAreGoneInTheNextTask(t *testing.T) {
 	t.Parallel()
 	e := newRepoEnv(t)

@@ -50,6 +50,7 @@ const (
 	RuleSymlink   = "symlink"        // a symlink pointing out of the repository or into .git
 	RuleSubmodule = "submodule"      // a gitlink: another repository's commit inside this one
 	RuleRef       = "ref"            // a commit range that cannot be read (replaced objects, a merge of foreign history)
+	RuleSpecial   = "special_file"   // a FIFO, socket or device in the work tree
 	workflowsPath = ".github/workflows"
 )
 

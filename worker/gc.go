@@ -34,6 +34,7 @@ func shortHash(s string) string {
 type WorkspaceInfo struct {
 	Dir      string
 	PlanID   string // from its lock file; "" when unknown
+	Store    string // the name of its repository's store, from its lock file; "" when unknown
 	LastUsed time.Time
 	Bytes    int64
 	lockPath string
@@ -61,6 +62,7 @@ func (ws *Workspaces) List() ([]WorkspaceInfo, error) {
 	for _, e := range entries {
 		name := e.Name()
 		switch {
+		case strings.HasPrefix(name, "."): // the stores (see GC)
 		case e.IsDir():
 			w := get(name)
 			if info, err := e.Info(); err == nil && w.LastUsed.IsZero() {
@@ -72,7 +74,8 @@ func (ws *Workspaces) List() ([]WorkspaceInfo, error) {
 				w.LastUsed = info.ModTime() // the lock's mtime is the last use
 			}
 			if b, err := os.ReadFile(filepath.Join(ws.root, name)); err == nil {
-				w.PlanID = strings.TrimSpace(string(b))
+				plan, store, _ := strings.Cut(string(b), "\n")
+				w.PlanID, w.Store = strings.TrimSpace(plan), strings.TrimSpace(store)
 			}
 		}
 	}
@@ -95,6 +98,7 @@ type GCOptions struct {
 // GCResult says what gc did.
 type GCResult struct {
 	Removed    []WorkspaceInfo
+	Stores     []WorkspaceInfo // repository stores removed: no workspace used them
 	Kept       int
 	KeptBytes  int64
 	Busy       int // in use by a task right now, left alone
@@ -103,6 +107,8 @@ type GCResult struct {
 
 // GC removes workspaces unused for longer than MaxAge, then the least recently used ones
 // until the others take at most MaxSize bytes. A workspace a task holds is never removed.
+// Then the repositories' stores that no workspace left uses go by the same rules; the
+// stores in use count toward MaxSize but stay.
 func (ws *Workspaces) GC(ctx context.Context, opt GCOptions) (GCResult, error) {
 	var res GCResult
 	now := opt.Now
@@ -149,11 +155,91 @@ func (ws *Workspaces) GC(ctx context.Context, opt GCOptions) (GCResult, error) {
 		}
 		final = append(final, w)
 	}
-	for _, w := range res.Removed {
+	total, err = ws.gcStores(ctx, opt, now, total, &res)
+	for _, w := range append(res.Removed, res.Stores...) {
 		res.FreedBytes += w.Bytes
 	}
 	res.Kept, res.KeptBytes = len(final), total
-	return res, nil
+	return res, err
+}
+
+// gcStores removes the stores no workspace uses that are older than MaxAge or, least
+// recently used first, while total is over MaxSize; it returns the new total. A store is
+// checked again for users while its lock is held: Open names its store in its
+// workspace's lock file before it locks the store.
+func (ws *Workspaces) gcStores(ctx context.Context, opt GCOptions, now time.Time, total int64, res *GCResult) (int64, error) {
+	entries, err := os.ReadDir(filepath.Join(ws.root, storesDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return total, nil
+	}
+	if err != nil {
+		return total, fmt.Errorf("list stores: %w", err)
+	}
+	inUse := func() (map[string]bool, error) {
+		list, err := ws.List()
+		used := map[string]bool{}
+		for _, w := range list {
+			used[w.Store] = true
+		}
+		return used, err
+	}
+	used, err := inUse()
+	if err != nil {
+		return total, err
+	}
+	var idle []WorkspaceInfo
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".git")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		s := WorkspaceInfo{Dir: ws.storePath(name), Store: name, lockPath: ws.storeLockPath(name), Bytes: dirSize(ws.storePath(name))}
+		total += s.Bytes
+		if used[name] {
+			continue
+		}
+		if info, err := os.Stat(s.lockPath); err == nil {
+			s.LastUsed = info.ModTime()
+		} else if info, err := e.Info(); err == nil {
+			s.LastUsed = info.ModTime()
+		}
+		idle = append(idle, s)
+	}
+	slices.SortFunc(idle, func(a, b WorkspaceInfo) int { return a.LastUsed.Compare(b.LastUsed) })
+	for _, s := range idle {
+		tooOld := opt.MaxAge > 0 && now.Sub(s.LastUsed) > opt.MaxAge
+		if !tooOld && (opt.MaxSize <= 0 || total <= opt.MaxSize) {
+			continue
+		}
+		if !opt.DryRun {
+			lock, err := lockFile(ctx, s.lockPath, false)
+			if errors.Is(err, errLocked) {
+				res.Busy++
+				continue
+			}
+			if err != nil {
+				return total, err
+			}
+			if used, err = inUse(); err != nil || used[s.Store] {
+				_ = lock.unlock()
+				if err != nil {
+					return total, err
+				}
+				continue
+			}
+			err = os.RemoveAll(s.Dir)
+			if rerr := os.Remove(s.lockPath); rerr != nil && err == nil {
+				err = rerr
+			}
+			_ = lock.unlock()
+			if err != nil {
+				return total, fmt.Errorf("remove store %s: %w", s.Dir, err)
+			}
+		}
+		res.Stores = append(res.Stores, s)
+		total -= s.Bytes
+	}
+	return total, nil
 }
 
 // dirSize is the bytes of the regular files under dir (0 when it is missing).
@@ -177,7 +263,8 @@ const gcUsage = `Usage: whilly-worker gc [--dir D] [--max-age 72h] [--max-size 5
 
 Removes workspaces (per-plan checkouts) unused for longer than --max-age, then the least
 recently used ones until the rest take at most --max-size. Workspaces in use by a task
-are left alone. The directory is WHILLY_WORKSPACE_DIR, default
+are left alone. Then the repositories' object stores that no workspace uses, by the
+same rules. The directory is WHILLY_WORKSPACE_DIR, default
 <user cache dir>/whilly/workspaces.
 
 Examples:
@@ -241,8 +328,12 @@ func gcMain(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		fmt.Fprintf(stdout, "%s %s (plan %s, %s, unused for %s)\n", verb, w.Dir, orUnknown(w.PlanID),
 			FormatSize(w.Bytes), time.Since(w.LastUsed).Round(time.Minute))
 	}
-	fmt.Fprintf(stdout, "workspaces_removed=%d bytes_freed=%d workspaces_kept=%d bytes_kept=%d workspaces_busy=%d\n",
-		len(res.Removed), res.FreedBytes, res.Kept, res.KeptBytes, res.Busy)
+	for _, s := range res.Stores {
+		fmt.Fprintf(stdout, "%s %s (repository store, %s, unused for %s)\n", verb, s.Dir, FormatSize(s.Bytes),
+			time.Since(s.LastUsed).Round(time.Minute))
+	}
+	fmt.Fprintf(stdout, "workspaces_removed=%d bytes_freed=%d workspaces_kept=%d bytes_kept=%d workspaces_busy=%d stores_removed=%d\n",
+		len(res.Removed), res.FreedBytes, res.Kept, res.KeptBytes, res.Busy, len(res.Stores))
 	if err != nil {
 		return fail(1, "%v", err)
 	}

@@ -144,14 +144,40 @@ func TestGCRemovesOldWorkspaces(t *testing.T) {
 	if _, err := os.Stat(busy.Dir); err != nil {
 		t.Fatal("gc removed a workspace in use")
 	}
-	// Remove takes what is left once it is free.
+	if _, err := os.Stat(storeOf(t, root)); err != nil {
+		t.Fatal("gc removed the store of a workspace in use")
+	}
+	// Remove takes what is left once it is free; the repository's store stays for the
+	// next plan until gc finds nobody uses it.
 	_ = busy.Close()
 	if err := ws.Remove(context.Background(), "busy"); err != nil {
 		t.Fatal(err)
 	}
-	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+	if entries, _ := os.ReadDir(root); len(entries) != 1 || entries[0].Name() != ".repos" {
 		t.Fatalf("left after Remove: %v", entries)
 	}
+	store := storeOf(t, root)
+	res, err = ws.GC(context.Background(), worker.GCOptions{MaxAge: time.Hour})
+	if err != nil || len(res.Stores) != 0 {
+		t.Fatalf("gc removed a store used a moment ago: %+v %v", res, err)
+	}
+	res, err = ws.GC(context.Background(), worker.GCOptions{MaxSize: 1})
+	if err != nil || len(res.Stores) != 1 || res.Stores[0].Dir != store || res.FreedBytes == 0 {
+		t.Fatalf("GC of the unused store = %+v %v", res, err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(root, ".repos")); len(entries) != 0 {
+		t.Fatalf("left after gc: %v", entries)
+	}
+}
+
+// storeOf returns the one repository store under root.
+func storeOf(t *testing.T, root string) string {
+	t.Helper()
+	stores, err := filepath.Glob(filepath.Join(root, ".repos", "*.git"))
+	if err != nil || len(stores) != 1 {
+		t.Fatalf("stores under %s: %v %v, want one", root, stores, err)
+	}
+	return stores[0]
 }
 
 // Over HTTP (git's smart protocol through git-http-backend) the token is what
@@ -184,9 +210,14 @@ func TestTokenAuthenticatesOverHTTP(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	ws := worker.NewWorkspaces(t.TempDir(), "", nil)
+	root := t.TempDir()
+	ws := worker.NewWorkspaces(root, "", nil)
 	spec := client.Workspace{CloneURL: srv.URL + "/git/" + filepath.Base(remote), Branch: "whilly/issue-9", Token: testToken}
 	co := openWorkspace(t, ws, "h", spec) // no base branch: the remote's default (main)
+	boxCfg, err := os.ReadFile(filepath.Join(co.Dir, ".git", "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, filepath.Join(co.Dir, "feature.txt"), "new\n")
 	pub, err := co.Publish(context.Background(), worker.CommitMessage("h", "T1", "Add the feature"))
 	if err != nil {
@@ -195,12 +226,14 @@ func TestTokenAuthenticatesOverHTTP(t *testing.T) {
 	if head := gitIn(t, remote, "rev-parse", "refs/heads/whilly/issue-9"); pub.HeadSHA != head {
 		t.Fatalf("published %s, remote head %s", pub.HeadSHA, head)
 	}
-	cfg, err := os.ReadFile(filepath.Join(co.Dir, ".git", "config"))
+	storeCfg, err := os.ReadFile(filepath.Join(storeOf(t, root), "config"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(cfg), testToken) || strings.Contains(string(cfg), "extraheader") || strings.Contains(string(cfg), "Authorization") {
-		t.Fatalf(".git/config holds credentials:\n%s", cfg)
+	for _, cfg := range []string{string(boxCfg), string(storeCfg)} {
+		if strings.Contains(cfg, testToken) || strings.Contains(cfg, "extraheader") || strings.Contains(cfg, "Authorization") {
+			t.Fatalf("a git config holds credentials:\n%s", cfg)
+		}
 	}
 	_ = co.Close()
 	if refused.Load() != 0 {
@@ -269,8 +302,18 @@ func TestBrokenWorkspaceIsClonedAfresh(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(dir, ".git"), "gitdir: /nonexistent\n")
 	co = openWorkspace(t, ws, "b", spec)
-	defer co.Close()
 	if _, err := os.Stat(filepath.Join(co.Dir, "README.md")); err != nil {
 		t.Fatalf("the fresh checkout lacks the remote's files: %v", err)
+	}
+	_ = co.Close()
+	// A broken index (the worker died writing it) is started over too.
+	writeFile(t, dir+".index", "not an index")
+	if err := os.Remove(filepath.Join(dir, "README.md")); err != nil {
+		t.Fatal(err)
+	}
+	co = openWorkspace(t, ws, "b", spec)
+	defer co.Close()
+	if b, err := os.ReadFile(filepath.Join(co.Dir, "README.md")); err != nil || string(b) != "# shop\n" {
+		t.Fatalf("the checkout after a broken index: README.md = %q %v", b, err)
 	}
 }

@@ -442,7 +442,10 @@ type workResult struct {
 // fresh, then published when the agent succeeded), else in the configured WorkDir.
 func (w *Worker) work(ctx context.Context, log *slog.Logger, c *client.Claim) workResult {
 	workDir := w.cfg.WorkDir
-	var co *Checkout
+	var (
+		co    *Checkout
+		binds []sandbox.Bind
+	)
 	if c.Workspace != nil {
 		w.plansOnDisk[c.Task.PlanID] = true
 		var err error
@@ -457,9 +460,9 @@ func (w *Worker) work(ctx context.Context, log *slog.Logger, c *client.Claim) wo
 				log.WarnContext(ctx, "unlock the workspace", "error", err)
 			}
 		}()
-		workDir = co.Dir
+		workDir, binds = co.Dir, co.Binds()
 	}
-	res, stream, runErr := w.attempt(ctx, c, workDir)
+	res, stream, runErr := w.attempt(ctx, c, workDir, binds)
 	r := workResult{res: res, runErr: runErr, log: stream}
 	if co == nil || runErr != nil || !res.Succeeded() || ctx.Err() != nil {
 		return r
@@ -547,8 +550,8 @@ func (w *Worker) removeEndedWorkspaces(ctx context.Context) {
 var errLeaseLost = errors.New("lease lost")
 
 // attempt builds the prompt, runs the agent in workDir and the plan's verification
-// commands.
-func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (agent.Result, *logStream, error) {
+// commands, both with binds (what the checkout's box needs besides workDir).
+func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string, binds []sandbox.Bind) (agent.Result, *logStream, error) {
 	t := c.Task
 	in := agent.NewPromptInput(c.Plan.ID, c.Plan.Name, plan.Task{
 		ID: t.ID, Priority: t.Priority, Description: t.Description, Dependencies: t.Dependencies,
@@ -576,6 +579,7 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 	res, err := w.agent.Run(ctx, agent.Request{
 		Prompt:  prompt,
 		WorkDir: workDir,
+		Binds:   binds,
 		Env: []string{"WHILLY_PLAN_ID=" + t.PlanID, "WHILLY_TASK_ID=" + t.ID,
 			fmt.Sprintf("WHILLY_ATTEMPT=%d", t.Attempt), "WHILLY_WORKER_ID=" + w.cfg.WorkerID},
 		Model:          w.cfg.Model,
@@ -597,7 +601,7 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string) (
 	for i, v := range c.Plan.Verify {
 		cmds[i] = plan.Verify(v)
 	}
-	res.ApplyVerify(agent.RunVerify(ctx, w.cfg.Sandbox, workDir, cmds, 0))
+	res.ApplyVerify(agent.RunVerify(ctx, w.cfg.Sandbox, workDir, binds, cmds, 0))
 	return res, stream, nil
 }
 

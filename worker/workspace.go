@@ -6,13 +6,14 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,19 +23,40 @@ import (
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/internal/config"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
-// Workspaces are per-plan git checkouts under one directory (WHILLY_WORKSPACE_DIR):
+// Workspaces are per-plan work trees under one directory (WHILLY_WORKSPACE_DIR), with
+// the worker's git kept outside every one of them:
 //
-//	<root>/<key>/       the checkout of the plan's branch
-//	<root>/<key>.lock   its lock (flock), holding the plan id; its mtime is the last use
+//	<root>/.repos/<hash>.git   one bare object store per repository (hash of its clone URL)
+//	<root>/.repos/<hash>.lock  its lock (flock), held while fetching; its mtime is the last use
+//	<root>/<key>/              the plan's work tree: files only
+//	<root>/<key>.index         the plan's git index (the work tree's state at the task's start)
+//	<root>/<key>.lock          the plan's lock (flock), naming the plan and its store; its
+//	                           mtime is the last use
 //
 // where key is the plan id made safe for a file name plus a hash of it. A task locks its
-// plan's checkout, fetches the plan branch fresh from the remote (or the base branch when
-// the plan branch does not exist yet), runs the agent in it, and publishes what the agent
-// changed as one commit pushed fast-forward. The push token reaches git only through the
-// environment of the git commands that talk to the remote (GIT_CONFIG_* entries): never
-// .git/config, argv, the agent's environment or a log.
+// plan, fetches the plan branch and the base branch into the store (under refs/whilly/
+// <key>/, so plans of one repository never move each other's refs, and a new plan
+// fetches only what is new), and brings the work tree to the start commit with git run
+// on the store, the work tree and the plan's index; whatever an earlier attempt left
+// (untracked and ignored files, links, FIFOs, nested .git) goes.
+//
+// The agent may use git: the work tree gets a .git of the attempt's own, written here
+// with plain file writes (HEAD, a minimal config, the branch at the start commit, a copy
+// of the index, and objects/info/alternates naming the store's objects, which the box
+// sees read-only). The worker never runs git on it: it is removed, unread, when the
+// attempt is published or the next one starts. What the attempt produced is read from
+// the work tree after the box ended — walked without following links, FIFOs, sockets,
+// devices and nested .git refused — and committed with git run on the store, the work
+// tree and a copy of the plan's index, its new objects written to a quarantine
+// directory: a commit the diff gate refuses never reaches the store that later boxes
+// read. After the push its objects move into the store.
+//
+// The push token reaches git only through the environment of the git commands that talk
+// to the remote (GIT_CONFIG_* entries): never a config file, argv, the agent's
+// environment or a log.
 
 // ReasonWorkspace is the class of the FAIL reasons of a task whose workspace could not
 // be prepared or published ("workspace: push rejected twice" …).
@@ -45,6 +67,7 @@ const (
 	defaultAuthorName  = "whilly[bot]"
 	defaultAuthorEmail = "whilly[bot]@users.noreply.github.com"
 	gitTimeout         = 10 * time.Minute // one git command; a first fetch of a big repository is slow
+	storesDir          = ".repos"
 )
 
 // DefaultWorkspaceDir returns <os.UserCacheDir>/whilly/workspaces.
@@ -76,6 +99,9 @@ func NewWorkspaces(root, gitBin string, log *slog.Logger) *Workspaces {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if abs, err := filepath.Abs(root); err == nil && root != "" {
+		root = abs // git's index and alternates name absolute paths
+	}
 	return &Workspaces{root: root, git: gitBin, log: log}
 }
 
@@ -85,6 +111,7 @@ func (ws *Workspaces) Root() string { return ws.root }
 var unsafeKey = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // key is the file name of a plan's workspace: readable, and unique thanks to the hash.
+// It never starts with a dot, so it never names the stores' directory.
 func key(planID string) string {
 	name := strings.Trim(unsafeKey.ReplaceAllString(planID, "_"), "._")
 	if len(name) > 60 {
@@ -98,6 +125,20 @@ func (ws *Workspaces) Dir(planID string) string { return filepath.Join(ws.root, 
 
 func (ws *Workspaces) lockPath(planID string) string { return ws.Dir(planID) + ".lock" }
 
+// indexPath is the plan's git index, next to its work tree.
+func indexPath(dir string) string { return dir + ".index" }
+
+// storeName is the name of a repository's object store: its clone URL, hashed.
+func storeName(cloneURL string) string { return shortHash(cloneURL) }
+
+func (ws *Workspaces) storePath(name string) string {
+	return filepath.Join(ws.root, storesDir, name+".git")
+}
+
+func (ws *Workspaces) storeLockPath(name string) string {
+	return filepath.Join(ws.root, storesDir, name+".lock")
+}
+
 // Checkout is a plan's workspace, locked for one task.
 type Checkout struct {
 	// Dir is the work tree the agent runs in.
@@ -105,9 +146,13 @@ type Checkout struct {
 	planID string
 	spec   client.Workspace
 	start  string // the commit the task started from
-	git    git
+	base   string // the head of the base branch as fetched
+	ns     string // the plan's refs in the store: refs/whilly/<key>/
+	store  git    // git on the store alone
+	sLock  string // the store's lock file, held while fetching into it
+	tree   git    // git on the store, the work tree and the plan's index
 	lock   *fileLock
-	core   string // the [core] settings .git/config is rewritten with
+	core   string // the .git/config of the attempt's own .git
 	gate   GatePolicy
 	log    *slog.Logger
 }
@@ -120,8 +165,8 @@ type GatePolicy struct {
 }
 
 // coreConfig returns the .git/config a fresh `git init` writes on this machine (core
-// settings such as ignorecase on macOS), made once in a scratch directory: the
-// workspace's own .git/config is not to be trusted after an agent ran there.
+// settings such as ignorecase on macOS), made once in a scratch directory, for the
+// attempts' own .git.
 func (ws *Workspaces) coreConfig(ctx context.Context) (string, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -145,9 +190,10 @@ func (ws *Workspaces) coreConfig(ctx context.Context) (string, error) {
 }
 
 // Open locks the workspace of planID, waiting while another worker of this machine uses
-// it, and brings it to the head of the plan's branch on the remote: fetched fresh, local
-// changes and untracked files of earlier attempts discarded (ignored files, such as build
-// caches, are kept).
+// it, fetches the plan branch (or the base branch when the plan branch does not exist
+// yet) and the base branch into the repository's store, and brings the work tree to the
+// plan branch's head: everything an earlier attempt left there, ignored files too, is
+// gone.
 func (ws *Workspaces) Open(ctx context.Context, planID string, spec client.Workspace) (*Checkout, error) {
 	if err := validSpec(spec); err != nil {
 		return nil, err
@@ -155,7 +201,7 @@ func (ws *Workspaces) Open(ctx context.Context, planID string, spec client.Works
 	if ws.root == "" {
 		return nil, fmt.Errorf("open workspace: no workspace directory (set %s)", config.WorkspaceDir)
 	}
-	if err := os.MkdirAll(ws.root, 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Join(ws.root, storesDir), 0o750); err != nil {
 		return nil, fmt.Errorf("create the workspace directory: %w", err)
 	}
 	lock, err := lockFile(ctx, ws.lockPath(planID), true)
@@ -167,20 +213,31 @@ func (ws *Workspaces) Open(ctx context.Context, planID string, spec client.Works
 		_ = lock.unlock()
 		return nil, stageError("init", err)
 	}
-	c := &Checkout{Dir: ws.Dir(planID), planID: planID, spec: spec, lock: lock, core: core, gate: ws.gate,
+	name := storeName(spec.CloneURL)
+	dir := ws.Dir(planID)
+	store := bareGit(ws.git, ws.storePath(name), spec)
+	c := &Checkout{Dir: dir, planID: planID, spec: spec, lock: lock, core: core, gate: ws.gate,
+		ns: "refs/whilly/" + key(planID) + "/", store: store, sLock: ws.storeLockPath(name), tree: store.withTree(dir, "GIT_INDEX_FILE="+indexPath(dir)),
 		log: ws.log.With("plan_id", planID)}
-	c.git = git{bin: ws.git, dir: c.Dir, spec: spec}
-	_, statErr := os.Lstat(c.Dir)
-	err = c.prepare(ctx, ws.lockPath(planID))
-	if err != nil && statErr == nil && ctx.Err() == nil && c.tokenValid() == nil {
-		// An existing checkout may be what is broken (an agent deleted objects, replaced
-		// .git, left a lock): start it over once from an empty directory.
-		c.log.WarnContext(ctx, "workspace unusable; cloning it afresh", "error", err)
-		if rerr := os.RemoveAll(c.Dir); rerr != nil {
-			_ = c.Close()
-			return nil, stageError("init", fmt.Errorf("remove the broken workspace: %w", rerr))
-		}
-		err = c.prepare(ctx, ws.lockPath(planID))
+	// The lock file names its plan and its store (for gc and for removal when the plan
+	// ends), and its mtime records the last use. Written before the store is locked: gc
+	// looks for the stores' users while holding a store's lock.
+	if err := os.WriteFile(ws.lockPath(planID), []byte(planID+"\n"+name+"\n"), 0o600); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("record the workspace's plan: %w", err)
+	}
+	if err := c.fetch(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	err = c.checkout(ctx)
+	if err != nil && ctx.Err() == nil {
+		// The work tree or the plan's index may be what is broken: start them over once.
+		c.log.WarnContext(ctx, "work tree unusable; checking it out afresh", "error", err)
+		err = c.checkoutAfresh(ctx)
+	}
+	if err == nil {
+		err = c.writeBoxGit()
 	}
 	if err != nil {
 		_ = c.Close()
@@ -202,6 +259,42 @@ func (c *Checkout) Close() error {
 // StartSHA is the commit the task started from.
 func (c *Checkout) StartSHA() string { return c.start }
 
+// Binds are what a box running in the checkout needs besides the work tree: the store's
+// objects, read-only, at their own path, where the attempt's .git finds them.
+func (c *Checkout) Binds() []sandbox.Bind {
+	return []sandbox.Bind{{Src: filepath.Join(c.store.gitDir, "objects"), ReadOnly: true}}
+}
+
+// BaseFile returns the contents of the file at path at the head of the base branch as
+// fetched when the checkout was opened, never what an agent wrote; an error wrapping
+// fs.ErrNotExist when the base branch has no such file.
+func (c *Checkout) BaseFile(ctx context.Context, name string) ([]byte, error) {
+	clean := path.Clean(name)
+	if name == "" || path.IsAbs(name) || clean == "." || strings.HasPrefix(clean, "../") || clean == ".." ||
+		strings.ContainsFunc(name, unicode.IsControl) {
+		return nil, fmt.Errorf("read %q from the base branch: not a path in the repository", name)
+	}
+	out, err := c.store.runInput(ctx, false, c.base+":"+clean+"\n", "cat-file", "--batch")
+	if err != nil {
+		return nil, fmt.Errorf("read %s from the base branch: %w", clean, err)
+	}
+	header, body, _ := strings.Cut(out, "\n")
+	f := strings.Fields(header)
+	switch {
+	case len(f) == 2 && f[1] == "missing":
+		return nil, fmt.Errorf("read %s from the base branch: %w", clean, fs.ErrNotExist)
+	case len(f) != 3:
+		return nil, fmt.Errorf("read %s from the base branch: unexpected answer %q", clean, header)
+	case f[1] != "blob":
+		return nil, fmt.Errorf("read %s from the base branch: it is a %s, not a file", clean, f[1])
+	}
+	size, err := strconv.Atoi(f[2])
+	if err != nil || size > len(body) {
+		return nil, fmt.Errorf("read %s from the base branch: unexpected answer %q", clean, header)
+	}
+	return []byte(body[:size]), nil
+}
+
 var branchPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
 
 func validBranch(b string) bool {
@@ -209,7 +302,7 @@ func validBranch(b string) bool {
 		!strings.HasSuffix(b, "/") && !strings.HasSuffix(b, ".lock") && !strings.HasSuffix(b, ".") && len(b) <= 200
 }
 
-// planBranch is the only kind of branch a worker pushes to (SPEC §11): whilly/issue-N.
+// planBranch is the only kind of branch a worker pushes to: whilly/issue-N.
 var planBranch = regexp.MustCompile(`^whilly/issue-[1-9][0-9]{0,9}$`)
 
 func validSpec(s client.Workspace) error {
@@ -232,35 +325,31 @@ func validSpec(s client.Workspace) error {
 		return fmt.Errorf("workspace clone_url has the unsupported scheme %q", u.Scheme)
 	}
 	if _, has := u.User.Password(); has {
-		// It would be written to .git/config; the token travels in Token instead.
+		// It would travel in argv and land in errors; the token travels in Token instead.
 		return errors.New("workspace clone_url must not carry a password")
 	}
 	return nil
 }
 
-// prepare initialises the checkout if needed and resets it to the remote branch.
-func (c *Checkout) prepare(ctx context.Context, lockPath string) error {
-	// The lock file names its plan (for gc and for removal when the plan ends) and its
-	// mtime records the last use.
-	if err := os.WriteFile(lockPath, []byte(c.planID+"\n"), 0o600); err != nil {
-		return fmt.Errorf("record the workspace's plan: %w", err)
-	}
-	if _, err := os.Stat(filepath.Join(c.Dir, ".git")); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(c.Dir, 0o750); err != nil {
-			return fmt.Errorf("create the workspace: %w", err)
-		}
-		if _, err := c.git.run(ctx, false, "init", "-q"); err != nil {
-			return stageError("init", err)
-		}
-	}
-	if err := c.resetGitState(); err != nil {
-		return stageError("init", err)
-	}
-	if err := c.clearAgentState(); err != nil {
-		return stageError("init", err)
-	}
+// fetch brings the plan branch (or the base when the plan branch does not exist yet) and
+// the base branch into the store, under the plan's refs, in one fetch, holding the
+// store's lock; it sets the start and base commits.
+func (c *Checkout) fetch(ctx context.Context) error {
 	if err := c.tokenValid(); err != nil {
 		return stageError("fetch", err)
+	}
+	unlock, err := c.lockStore(ctx)
+	if err != nil {
+		return stageError("fetch", err)
+	}
+	defer unlock()
+	if _, err := os.Stat(filepath.Join(c.store.gitDir, "objects")); errors.Is(err, fs.ErrNotExist) {
+		if err := os.RemoveAll(c.store.gitDir); err != nil {
+			return stageError("init", fmt.Errorf("clear a half-made store: %w", err))
+		}
+		if _, err := (git{bin: c.store.bin, dir: filepath.Dir(c.store.gitDir)}).run(ctx, false, "init", "-q", "--bare", c.store.gitDir); err != nil {
+			return stageError("init", err)
+		}
 	}
 	heads, defaultBranch, err := c.remoteHeads(ctx)
 	if err != nil {
@@ -270,130 +359,90 @@ func (c *Checkout) prepare(ctx context.Context, lockPath string) error {
 	if base == "" {
 		base = defaultBranch
 	}
-	from := c.spec.Branch
-	if _, ok := heads[from]; !ok {
-		from = base
-		if _, ok := heads[base]; !ok || base == "" {
+	if _, ok := heads[base]; !ok || base == "" {
+		if _, ok := heads[c.spec.Branch]; !ok {
 			return stageError("fetch", fmt.Errorf("the remote has neither branch %s nor its base branch %q", c.spec.Branch, base))
 		}
+		return stageError("fetch", fmt.Errorf("the remote has no base branch %q", base))
+	}
+	refspecs := []string{"+refs/heads/" + base + ":" + c.ns + "base"}
+	startRef := c.ns + "base"
+	if _, ok := heads[c.spec.Branch]; ok {
+		refspecs = append(refspecs, "+refs/heads/"+c.spec.Branch+":"+c.ns+"branch")
+		startRef = c.ns + "branch"
+	} else {
 		c.log.InfoContext(ctx, "plan branch not on the remote yet; starting it from the base", "branch", c.spec.Branch, "base", base)
 	}
-	remoteRef := "refs/remotes/origin/" + from
-	if _, err := c.remote(ctx, "fetch", "-q", "--no-tags", "origin", "+refs/heads/"+from+":"+remoteRef); err != nil {
+	args := append([]string{"fetch", "-q", "--no-tags", "--no-write-fetch-head", "--", c.spec.CloneURL}, refspecs...)
+	if _, err := c.store.run(ctx, true, args...); err != nil {
 		return stageError("fetch", err)
 	}
-	if _, err := c.git.run(ctx, false, "checkout", "-q", "-f", "--no-track", "-B", c.spec.Branch, remoteRef); err != nil {
-		return stageError("checkout", err)
-	}
-	// Ignored files go too: what an earlier agent left in .claude/, node_modules/ or a
-	// path it listed in .git/info/exclude must not reach this task.
-	if _, err := c.git.run(ctx, false, "clean", "-q", "-ffdx"); err != nil {
-		return stageError("checkout", err)
-	}
-	if err := c.dropRefs(ctx, "refs/heads/"+c.spec.Branch, remoteRef); err != nil {
-		return stageError("checkout", err)
-	}
-	head, err := c.git.run(ctx, false, "rev-parse", "HEAD")
+	out, err := c.store.run(ctx, false, "rev-parse", startRef+"^{commit}", c.ns+"base^{commit}")
 	if err != nil {
-		return stageError("checkout", err)
+		return stageError("fetch", err)
 	}
-	c.start = strings.TrimSpace(head)
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		return stageError("fetch", fmt.Errorf("unexpected rev-parse output %q", out))
+	}
+	c.start, c.base = f[0], f[1]
 	return nil
 }
 
-// resetGitState rewrites .git/config from scratch and drops half-done merges and
-// rebases. The agent may have edited .git (a hook, core.fsmonitor, url.insteadOf …): the
-// git commands that carry the token must not run what it left there.
-func (c *Checkout) resetGitState() error {
-	gitDir := filepath.Join(c.Dir, ".git")
-	info, err := os.Lstat(gitDir)
+// lockStore takes the store's lock, waiting for it, and records the store's last use.
+func (c *Checkout) lockStore(ctx context.Context) (func(), error) {
+	lock, err := lockFile(ctx, c.sLock, true)
 	if err != nil {
-		return fmt.Errorf("inspect .git: %w", err)
+		return nil, fmt.Errorf("lock the repository's store: %w", err)
 	}
-	if !info.IsDir() {
-		// A .git file (gitdir: elsewhere) or a symlink would send git somewhere else.
-		return errors.New(".git is not a directory; remove the workspace")
+	now := time.Now()
+	_ = os.Chtimes(c.sLock, now, now) // for gc
+	return func() { _ = lock.unlock() }, nil
+}
+
+// checkout brings the work tree to the start commit: what an earlier attempt left that
+// git must not meet (the attempt's .git, nested .git, FIFOs, sockets, devices) is
+// removed first, then untracked and ignored files, then the tracked files are reset.
+func (c *Checkout) checkout(ctx context.Context) error {
+	if err := os.MkdirAll(c.Dir, 0o750); err != nil {
+		return stageError("checkout", fmt.Errorf("create the work tree: %w", err))
 	}
-	cfg := strings.TrimRight(c.core, "\n") + "\n[remote \"origin\"]\n\turl = " + gitQuote(c.spec.CloneURL) +
-		"\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n"
-	// Removed first: a symlink left there must not redirect the write.
-	if err := os.Remove(filepath.Join(gitDir, "config")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("replace .git/config: %w", err)
+	if err := os.RemoveAll(filepath.Join(c.Dir, ".git")); err != nil {
+		return stageError("checkout", fmt.Errorf("remove the last attempt's .git: %w", err))
 	}
-	if err := os.WriteFile(filepath.Join(gitDir, "config"), []byte(cfg), 0o600); err != nil {
-		return fmt.Errorf("write .git/config: %w", err)
+	if err := scrubTree(c.Dir); err != nil {
+		return stageError("checkout", err)
 	}
-	// Attributes and grafts would change what git reads; worktrees and modules are the
-	// agent's to fill; shallow and alternates would change which history git sees.
-	// info/exclude stays until the next task (clearAgentState): what the agent excluded
-	// is not committed, and is deleted then.
-	for _, name := range []string{"config.worktree", "commondir", "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE",
-		"CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply", "sequencer", "index.lock",
-		"info/attributes", "info/grafts", "worktrees", "modules", "shallow", "objects/info/alternates",
-		"objects/info/http-alternates"} {
-		if err := os.RemoveAll(filepath.Join(gitDir, name)); err != nil {
-			return fmt.Errorf("clear .git/%s: %w", name, err)
-		}
+	if _, err := c.tree.run(ctx, false, "clean", "-q", "-ffdx"); err != nil {
+		return stageError("checkout", err)
+	}
+	if _, err := c.tree.run(ctx, false, "read-tree", "--reset", "-u", c.start); err != nil {
+		return stageError("checkout", err)
 	}
 	return nil
 }
 
-// clearAgentState empties .git/info (exclude and everything else) and .git/hooks before a
-// task: nothing an earlier agent put there reaches the next one.
-func (c *Checkout) clearAgentState() error {
-	gitDir := filepath.Join(c.Dir, ".git")
-	for _, name := range []string{"info", "hooks"} {
-		if err := os.RemoveAll(filepath.Join(gitDir, name)); err != nil {
-			return fmt.Errorf("clear .git/%s: %w", name, err)
-		}
-		// Empty again, as tools that install hooks or exclude files expect them.
-		if err := os.Mkdir(filepath.Join(gitDir, name), 0o750); err != nil {
-			return fmt.Errorf("recreate .git/%s: %w", name, err)
-		}
+// checkoutAfresh empties the work tree and the plan's index and checks the start out.
+func (c *Checkout) checkoutAfresh(ctx context.Context) error {
+	if err := removeTree(c.Dir); err != nil {
+		return stageError("checkout", err)
 	}
-	return nil
-}
-
-// dropRefs deletes every ref but keep: branches, tags, stashes, notes and replace refs an
-// agent made. None of them is pushed (the push names one ref), and none may steer git.
-func (c *Checkout) dropRefs(ctx context.Context, keep ...string) error {
-	out, err := c.git.run(ctx, false, "for-each-ref", "--format=%(refname)")
-	if err != nil {
-		return err
+	if err := os.Remove(indexPath(c.Dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return stageError("checkout", fmt.Errorf("remove the plan's index: %w", err))
 	}
-	var del strings.Builder
-	for ref := range strings.Lines(out) {
-		if ref = strings.TrimSpace(ref); ref != "" && !slices.Contains(keep, ref) {
-			del.WriteString("delete " + ref + "\n")
-		}
-	}
-	if del.Len() == 0 {
-		return nil
-	}
-	_, err = c.git.runInput(ctx, false, del.String(), "update-ref", "--no-deref", "--stdin")
-	return err
-}
-
-// remote runs a git command that talks to the remote, carrying the token, after writing
-// .git/config afresh: nothing the agent (or a process it left) put there since the last
-// rewrite steers it.
-func (c *Checkout) remote(ctx context.Context, args ...string) (string, error) {
-	if err := c.resetGitState(); err != nil {
-		return "", err
-	}
-	return c.git.run(ctx, true, args...)
+	return c.checkout(ctx)
 }
 
 // remoteHeads lists the remote's branches among the plan branch and the base (and its
 // default branch when no base is named), in one round trip.
 func (c *Checkout) remoteHeads(ctx context.Context) (map[string]string, string, error) {
-	args := []string{"ls-remote", "--symref", "origin", "refs/heads/" + c.spec.Branch}
+	args := []string{"ls-remote", "--symref", "--", c.spec.CloneURL, "refs/heads/" + c.spec.Branch}
 	if c.spec.BaseBranch != "" {
 		args = append(args, "refs/heads/"+c.spec.BaseBranch)
 	} else {
 		args = append(args, "HEAD")
 	}
-	out, err := c.remote(ctx, args...)
+	out, err := c.store.run(ctx, true, args...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -478,85 +527,108 @@ func CommitMessage(planID, taskID, description string) string {
 	return subject + "\n\nWhilly-Plan: " + planID + "\nWhilly-Task: " + taskID + "\n"
 }
 
-// Publish commits everything the agent changed as one commit with message on top of the
+// Publish commits what the work tree holds as one commit with message on top of the
 // task's start, checks every commit between the start and what is to be pushed with the
 // diff gate (a *DiffRejectedError refuses it), and pushes that one commit, fast-forward,
 // to the plan branch and nowhere else; a push rejected because the branch moved is
-// fetched, rebased once, checked again and pushed again. Commits the agent made itself
-// are folded into the one commit. Other failures are *WorkspaceError.
+// fetched, merged once, checked again and pushed again. The attempt's .git is discarded
+// unread: commits the agent made itself count only by the files they left. Other
+// failures are *WorkspaceError.
 func (c *Checkout) Publish(ctx context.Context, message string) (Publication, error) {
-	if err := c.resetGitState(); err != nil {
-		return Publication{}, stageError("commit", err)
-	}
 	if err := c.tokenValid(); err != nil {
 		return Publication{}, stageError("push", err)
 	}
-	if _, err := c.git.run(ctx, false, "add", "-A"); err != nil {
-		return Publication{}, stageError("commit", err)
+	if err := os.RemoveAll(filepath.Join(c.Dir, ".git")); err != nil {
+		return Publication{}, stageError("commit", fmt.Errorf("remove the attempt's .git: %w", err))
 	}
-	// One commit per task, on the start: the agent's own commits (if any) are folded in.
-	if _, err := c.git.run(ctx, false, "reset", "-q", "--soft", c.start); err != nil {
-		return Publication{}, stageError("commit", err)
+	if err := checkTree(c.Dir); err != nil {
+		return Publication{}, err
 	}
-	changed, err := c.git.run(ctx, false, "diff", "--cached", "--name-only", "-z", "--no-renames", c.start)
+	q, err := c.quarantine()
 	if err != nil {
 		return Publication{}, stageError("commit", err)
 	}
-	if changed == "" {
-		return Publication{NoChanges: true}, nil
-	}
-	if _, err := c.git.runInput(ctx, false, message, "commit", "-q", "--no-verify", "--cleanup=strip", "-F", "-"); err != nil {
+	defer q.remove()
+	g := q.git
+	if _, err := g.run(ctx, false, "add", "-A"); err != nil {
 		return Publication{}, stageError("commit", err)
 	}
-	head, err := c.head(ctx)
-	if err != nil {
-		return Publication{}, stageError("commit", err)
+	head, err := c.commit(ctx, g, message, c.start)
+	if err != nil || head == "" {
+		return Publication{NoChanges: head == "" && err == nil}, err
 	}
-	pub, err := c.check(ctx, c.start, head)
+	pub, err := c.check(ctx, g, c.start, head)
 	if err != nil {
 		return pub, err
 	}
 	if err := ctx.Err(); err != nil {
 		return pub, stageError("push", err) // the lease is gone or the worker stops: push nothing
 	}
-	err = c.push(ctx, head)
+	err = c.push(ctx, g, head)
 	if errors.Is(err, errPushRejected) {
 		c.log.InfoContext(ctx, "push rejected; rebasing once", "branch", c.spec.Branch)
-		pub.Rebased = true
-		base, err := c.rebase(ctx)
-		if err != nil {
+		if pub, head, err = c.pushRebased(ctx, g, head, message); err != nil {
 			return pub, err
 		}
-		if head, err = c.head(ctx); err != nil {
-			return pub, stageError("rebase", err)
-		}
-		// The branch's new commits are on the remote already; what is checked is ours.
-		checked, err := c.check(ctx, base, head)
-		checked.Rebased = true
-		if err != nil {
-			return checked, err
-		}
-		pub = checked
-		err = c.push(ctx, head)
-		if errors.Is(err, errPushRejected) {
-			return pub, stageError("push", fmt.Errorf("%w again after a rebase", err))
-		}
-		if err != nil {
-			return pub, stageError("push", err)
-		}
-		pub.HeadSHA = head
-		return pub, nil
 	}
 	if err != nil {
 		return pub, stageError("push", err)
 	}
 	pub.HeadSHA = head
+	if err := q.migrate(c.store.gitDir); err != nil {
+		// The commit is on the remote; the next fetch brings its objects.
+		c.log.WarnContext(ctx, "keep the pushed objects in the store", "error", err)
+	}
 	return pub, nil
 }
 
-func (c *Checkout) head(ctx context.Context) (string, error) {
-	out, err := c.git.run(ctx, false, "rev-parse", "--verify", "HEAD^{commit}")
-	return strings.TrimSpace(out), err
+// pushRebased replays the task's commit head on the branch's new head, checks it and
+// pushes it; it returns what it published and the pushed commit.
+func (c *Checkout) pushRebased(ctx context.Context, g git, head, message string) (Publication, string, error) {
+	base, rebased, err := c.rebase(ctx, g, head, message)
+	if err != nil {
+		return Publication{Rebased: true}, "", err
+	}
+	// The branch's new commits are on the remote already; what is checked is ours.
+	pub, err := c.check(ctx, g, base, rebased)
+	pub.Rebased = true
+	if err != nil {
+		return pub, "", err
+	}
+	err = c.push(ctx, g, rebased)
+	if errors.Is(err, errPushRejected) {
+		return pub, "", stageError("push", fmt.Errorf("%w again after a rebase", err))
+	}
+	if err != nil {
+		return pub, "", stageError("push", err)
+	}
+	return pub, rebased, nil
+}
+
+// commit writes the index's tree as a commit with message on parent, and returns it;
+// "" when the tree is the parent's.
+func (c *Checkout) commit(ctx context.Context, g git, message, parent string) (string, error) {
+	tree, err := g.run(ctx, false, "write-tree")
+	if err != nil {
+		return "", stageError("commit", err)
+	}
+	return c.commitTree(ctx, g, strings.TrimSpace(tree), message, parent)
+}
+
+// commitTree commits tree with message on parent, unless the tree is the parent's ("").
+func (c *Checkout) commitTree(ctx context.Context, g git, tree, message, parent string) (string, error) {
+	old, err := g.run(ctx, false, "rev-parse", "--verify", "--end-of-options", parent+"^{tree}")
+	if err != nil {
+		return "", stageError("commit", err)
+	}
+	if strings.TrimSpace(old) == tree {
+		return "", nil
+	}
+	out, err := g.runInput(ctx, false, message, "commit-tree", "--no-gpg-sign", "-p", parent, tree)
+	if err != nil {
+		return "", stageError("commit", err)
+	}
+	return strings.TrimSpace(out), nil
 }
 
 // limits is the diff gate's policy for this workspace.
@@ -566,8 +638,8 @@ func (c *Checkout) limits() DiffLimits {
 }
 
 // check runs the diff gate over every commit in from..to.
-func (c *Checkout) check(ctx context.Context, from, to string) (Publication, error) {
-	d, err := c.rangeDiff(ctx, from, to)
+func (c *Checkout) check(ctx context.Context, g git, from, to string) (Publication, error) {
+	d, err := c.rangeDiff(ctx, g, from, to)
 	var rej *DiffRejectedError
 	if errors.As(err, &rej) {
 		return Publication{}, err
@@ -585,14 +657,14 @@ func (c *Checkout) check(ctx context.Context, from, to string) (Publication, err
 // rangeDiff reads what each commit of from..to changes against its parent. from must be
 // an ancestor of to and every commit must have one parent: anything else is history the
 // task did not write, refused as RuleRef.
-func (c *Checkout) rangeDiff(ctx context.Context, from, to string) (Diff, error) {
+func (c *Checkout) rangeDiff(ctx context.Context, g git, from, to string) (Diff, error) {
 	refuse := func(detail string) error {
 		return &DiffRejectedError{Reasons: []DiffReason{{Rule: RuleRef, Detail: detail}}}
 	}
-	if _, err := c.git.run(ctx, false, "merge-base", "--is-ancestor", from, to); err != nil {
+	if _, err := g.run(ctx, false, "merge-base", "--is-ancestor", from, to); err != nil {
 		return Diff{}, refuse("the commits to push do not descend from the task's start")
 	}
-	out, err := c.git.run(ctx, false, "rev-list", "--reverse", "--parents", from+".."+to)
+	out, err := g.run(ctx, false, "rev-list", "--reverse", "--parents", from+".."+to)
 	if err != nil {
 		return Diff{}, err
 	}
@@ -602,7 +674,7 @@ func (c *Checkout) rangeDiff(ctx context.Context, from, to string) (Diff, error)
 		if len(ids) != 2 {
 			return Diff{}, refuse("commit " + ids[0] + " is a merge or has no parent")
 		}
-		d, err := c.commitDiff(ctx, ids[1], ids[0])
+		d, err := c.commitDiff(ctx, g, ids[1], ids[0])
 		if err != nil {
 			return Diff{}, err
 		}
@@ -617,9 +689,9 @@ func (c *Checkout) rangeDiff(ctx context.Context, from, to string) (Diff, error)
 // (-a: .gitattributes cannot hide a file from the gate), the new blobs' modes and sizes,
 // symlink targets, and the added lines unless the change is too large for the gate
 // anyway.
-func (c *Checkout) commitDiff(ctx context.Context, a, b string) (Diff, error) {
+func (c *Checkout) commitDiff(ctx context.Context, g git, a, b string) (Diff, error) {
 	common := []string{"diff", "-a", "--no-renames", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/"}
-	out, err := c.git.run(ctx, false, append(common, "--numstat", "-z", a, b)...)
+	out, err := g.run(ctx, false, append(common, "--numstat", "-z", a, b)...)
 	if err != nil {
 		return Diff{}, err
 	}
@@ -627,7 +699,7 @@ func (c *Checkout) commitDiff(ctx context.Context, a, b string) (Diff, error) {
 	if err != nil {
 		return Diff{}, err
 	}
-	rawOut, err := c.git.run(ctx, false, "diff-tree", "-r", "-z", "--raw", "--no-renames", a, b)
+	rawOut, err := g.run(ctx, false, "diff-tree", "-r", "-z", "--raw", "--no-renames", a, b)
 	if err != nil {
 		return Diff{}, err
 	}
@@ -645,7 +717,7 @@ func (c *Checkout) commitDiff(ctx context.Context, a, b string) (Diff, error) {
 	}
 	sizes := map[string]int64{}
 	if blobs.Len() > 0 {
-		out, err := c.git.runInput(ctx, false, blobs.String(), "cat-file", "--batch-check")
+		out, err := g.runInput(ctx, false, blobs.String(), "cat-file", "--batch-check")
 		if err != nil {
 			return Diff{}, err
 		}
@@ -664,7 +736,7 @@ func (c *Checkout) commitDiff(ctx context.Context, a, b string) (Diff, error) {
 		}
 		files[i].Mode, files[i].Bytes = r.NewMode, sizes[r.NewBlob]
 		if r.NewMode == modeSymlink && files[i].Bytes <= 4096 {
-			target, err := c.git.run(ctx, false, "cat-file", "blob", r.NewBlob)
+			target, err := g.run(ctx, false, "cat-file", "blob", r.NewBlob)
 			if err != nil {
 				return Diff{}, err
 			}
@@ -676,7 +748,7 @@ func (c *Checkout) commitDiff(ctx context.Context, a, b string) (Diff, error) {
 	if len(files) == 0 || len(files) > lim.MaxFiles || d.Lines() > lim.MaxLines || d.Bytes() > lim.MaxBytes {
 		return d, nil
 	}
-	patch, err := c.git.run(ctx, false, append(common, "-U0", a, b)...)
+	patch, err := g.run(ctx, false, append(common, "-U0", a, b)...)
 	if err != nil {
 		return Diff{}, err
 	}
@@ -686,8 +758,8 @@ func (c *Checkout) commitDiff(ctx context.Context, a, b string) (Diff, error) {
 
 // push pushes commit head to the plan branch, fast-forward only, with an explicit refspec
 // naming that one ref: no tag, note or replace ref goes along.
-func (c *Checkout) push(ctx context.Context, head string) error {
-	out, err := c.remote(ctx, "push", "--porcelain", "--no-verify", "--no-follow-tags", "origin", head+":refs/heads/"+c.spec.Branch)
+func (c *Checkout) push(ctx context.Context, g git, head string) error {
+	out, err := g.run(ctx, true, "push", "--porcelain", "--no-verify", "--no-follow-tags", "--", c.spec.CloneURL, head+":refs/heads/"+c.spec.Branch)
 	if err == nil {
 		return nil
 	}
@@ -714,25 +786,45 @@ func pushLostRace(line string) bool {
 		strings.Contains(line, "[remote rejected]") && strings.Contains(line, "reference already exists")
 }
 
-// rebase replays the task's commit on the branch's new head, which it returns.
-func (c *Checkout) rebase(ctx context.Context) (string, error) {
-	remoteRef := "refs/remotes/origin/" + c.spec.Branch
-	if _, err := c.remote(ctx, "fetch", "-q", "--no-tags", "origin", "+refs/heads/"+c.spec.Branch+":"+remoteRef); err != nil {
-		return "", stageError("rebase", err)
-	}
-	base, err := c.git.run(ctx, false, "rev-parse", "--verify", remoteRef+"^{commit}")
+// rebase replays the task's commit head on the branch's new head: fetched into the
+// store, merged with git merge-tree (no work tree needed), committed on it. It returns
+// the branch's new head and the new commit.
+func (c *Checkout) rebase(ctx context.Context, g git, head, message string) (string, string, error) {
+	unlock, err := c.lockStore(ctx)
 	if err != nil {
-		return "", stageError("rebase", err)
+		return "", "", stageError("rebase", err)
 	}
-	if _, err := c.git.run(ctx, false, "rebase", "-q", "--no-autosquash", remoteRef); err != nil {
-		_, _ = c.git.run(context.WithoutCancel(ctx), false, "rebase", "--abort")
-		return "", stageError("rebase", fmt.Errorf("the task's commit does not apply on the branch's new head: %w", err))
+	_, err = c.store.run(ctx, true, "fetch", "-q", "--no-tags", "--no-write-fetch-head", "--", c.spec.CloneURL,
+		"+refs/heads/"+c.spec.Branch+":"+c.ns+"branch")
+	unlock()
+	if err != nil {
+		return "", "", stageError("rebase", err)
 	}
-	return strings.TrimSpace(base), nil
+	out, err := c.store.run(ctx, false, "rev-parse", "--verify", "--end-of-options", c.ns+"branch^{commit}")
+	if err != nil {
+		return "", "", stageError("rebase", err)
+	}
+	base := strings.TrimSpace(out)
+	// Our commit's only parent is the start, so the merge base of the two is the start
+	// as long as the branch descends from it: the merge is the replay of our change.
+	tree, err := g.run(ctx, false, "merge-tree", "--write-tree", "--no-messages", base, head)
+	if err != nil {
+		return "", "", stageError("rebase", fmt.Errorf("the task's commit does not apply on the branch's new head: %w", err))
+	}
+	tree, _, _ = strings.Cut(tree, "\n")
+	rebased, err := c.commitTree(ctx, g, strings.TrimSpace(tree), message, base)
+	if err != nil {
+		return "", "", stageError("rebase", err)
+	}
+	if rebased == "" {
+		return "", "", stageError("rebase", errors.New("the task's change is already on the branch's new head"))
+	}
+	return base, rebased, nil
 }
 
 // Remove deletes the workspace of planID, waiting for its lock so that no task of this
-// machine is using it.
+// machine is using it. The repository's store stays for the next plan; gc removes it
+// once no workspace uses it.
 func (ws *Workspaces) Remove(ctx context.Context, planID string) error {
 	lockPath := ws.lockPath(planID)
 	if _, err := os.Stat(lockPath); errors.Is(err, os.ErrNotExist) {
@@ -744,13 +836,44 @@ func (ws *Workspaces) Remove(ctx context.Context, planID string) error {
 	if err != nil {
 		return fmt.Errorf("lock the workspace of plan %s: %w", planID, err)
 	}
+	if err := ws.dropPlanRefs(ctx, planID, lockPath); err != nil {
+		ws.log.WarnContext(ctx, "drop the plan's refs from its store", "plan_id", planID, "error", err)
+	}
 	return removeLocked(ws.Dir(planID), lockPath, lock)
 }
 
-// removeLocked deletes a workspace and its lock file while holding the lock: whoever
-// waits on the old lock file sees it gone and locks a new one (see lockFile).
+// dropPlanRefs deletes the plan's refs from the store its lock file names, if any.
+func (ws *Workspaces) dropPlanRefs(ctx context.Context, planID, lockPath string) error {
+	b, err := os.ReadFile(lockPath)
+	if err != nil {
+		return nil //nolint:nilerr // no lock file: nothing was fetched
+	}
+	_, name, _ := strings.Cut(string(b), "\n")
+	name = strings.TrimSpace(name)
+	if name == "" || unsafeKey.MatchString(name) || strings.HasPrefix(name, ".") {
+		return nil
+	}
+	if _, err := os.Stat(ws.storePath(name)); err != nil {
+		return nil //nolint:nilerr // gc removed the store already
+	}
+	lock, err := lockFile(ctx, ws.storeLockPath(name), true)
+	if err != nil {
+		return fmt.Errorf("lock the repository's store: %w", err)
+	}
+	defer func() { _ = lock.unlock() }()
+	ns := "refs/whilly/" + key(planID) + "/"
+	_, err = bareGit(ws.git, ws.storePath(name), client.Workspace{}).runInput(ctx, false,
+		"delete "+ns+"branch\ndelete "+ns+"base\n", "update-ref", "--stdin")
+	return err
+}
+
+// removeLocked deletes a workspace, its index and its lock file while holding the lock:
+// whoever waits on the old lock file sees it gone and locks a new one (see lockFile).
 func removeLocked(dir, lockPath string, lock *fileLock) error {
-	err := os.RemoveAll(dir)
+	err := removeTree(dir)
+	if rerr := os.Remove(indexPath(dir)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		err = rerr
+	}
 	if rerr := os.Remove(lockPath); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
 		err = rerr
 	}
@@ -763,11 +886,26 @@ func removeLocked(dir, lockPath string, lock *fileLock) error {
 	return nil
 }
 
-// git runs git commands in a workspace.
+// git runs git commands: on a repository (gitDir, with its work tree workTree when set,
+// and more variables in env: the index, a quarantine) or, without gitDir, in dir.
 type git struct {
-	bin  string
-	dir  string
-	spec client.Workspace
+	bin      string
+	dir      string // where git runs
+	gitDir   string
+	workTree string
+	vars     []string // GIT_INDEX_FILE, GIT_OBJECT_DIRECTORY …
+	spec     client.Workspace
+}
+
+// bareGit returns git on the repository gitDir alone.
+func bareGit(bin, gitDir string, spec client.Workspace) git {
+	return git{bin: bin, dir: gitDir, gitDir: gitDir, spec: spec}
+}
+
+// withTree returns g on the work tree dir, with more variables.
+func (g git) withTree(dir string, env ...string) git {
+	g.dir, g.workTree, g.vars = dir, dir, env
+	return g
 }
 
 // gitError is a git command that failed, with its redacted, bounded stderr.
@@ -799,7 +937,14 @@ func (g git) runInput(ctx context.Context, remote bool, stdin string, args ...st
 		return "", fmt.Errorf("create an empty HOME for git: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(home) }()
-	cmd := exec.CommandContext(ctx, g.bin, args...)
+	var pre []string
+	if g.gitDir != "" {
+		pre = append(pre, "--git-dir="+g.gitDir)
+	}
+	if g.workTree != "" {
+		pre = append(pre, "--work-tree="+g.workTree)
+	}
+	cmd := exec.CommandContext(ctx, g.bin, append(pre, args...)...)
 	cmd.Dir = g.dir
 	cmd.Env = g.env(remote, home)
 	cmd.WaitDelay = 5 * time.Second
@@ -837,7 +982,7 @@ func (g git) scrub(s string) string {
 	return s
 }
 
-// env is the environment of a git command (SPEC §16: git outside the box, clean): the
+// env is the environment of a git command (git outside the box, clean): the
 // worker's, without git's own variables and without HOME, plus an empty HOME, no system
 // or global configuration (so nothing an agent wrote to ~/.gitconfig, ~/.config/git or
 // $GIT_CONFIG_GLOBAL counts), replace refs and grafts ignored, and whilly's settings as
@@ -860,6 +1005,7 @@ func (g git) env(remote bool, home string) []string {
 	if email == "" {
 		email = defaultAuthorEmail
 	}
+	env = append(env, g.vars...)
 	env = append(env, "HOME="+home, "XDG_CONFIG_HOME="+home, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull,
 		"GIT_NO_REPLACE_OBJECTS=1", "GIT_TERMINAL_PROMPT=0", "GCM_INTERACTIVE=never", "LC_ALL=C",
 		"GIT_AUTHOR_NAME="+name, "GIT_AUTHOR_EMAIL="+email, "GIT_COMMITTER_NAME="+name, "GIT_COMMITTER_EMAIL="+email)
@@ -893,11 +1039,6 @@ func keptGitVar(name string) bool {
 		return true
 	}
 	return false
-}
-
-// gitQuote quotes a value for a git config file.
-func gitQuote(s string) string {
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 }
 
 // basicAuth is how GitHub takes an installation token over HTTPS: user x-access-token.

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -156,7 +157,7 @@ plant)
     echo '{"permissions": {"allow": ["Bash(*)"]}}' > .claude/settings.json
     echo planted > node_modules/evil.js
     echo '.claude/' >> .git/info/exclude
-    echo 'node_modules/' > .gitignore
+    printf 'node_modules/\n.claude/\n' > .gitignore
     git tag planted-tag
     git update-ref refs/notes/planted HEAD
     git update-ref refs/heads/planted-branch HEAD
@@ -246,6 +247,10 @@ type repoEnv struct {
 	spec    client.Workspace
 	// sharedHome gives the agent the worker's HOME (set by the test with t.Setenv).
 	sharedHome bool
+	// box is the sandbox mode the agent runs in ("" is none), script the agent ("" is
+	// agentScript).
+	box    string
+	script string
 }
 
 func newRepoEnv(t *testing.T) *repoEnv {
@@ -312,7 +317,7 @@ func (e *repoEnv) importPlan(t *testing.T, id string, n, maxAttempts int) {
 func (e *repoEnv) run(t *testing.T, planID, mode string, extraEnv ...string) (worker.Summary, string) {
 	t.Helper()
 	script := filepath.Join(e.testDir, "agent.sh")
-	writeFile(t, script, agentScript)
+	writeFile(t, script, cmp.Or(e.script, agentScript))
 	if err := os.Chmod(script, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +330,7 @@ func (e *repoEnv) run(t *testing.T, planID, mode string, extraEnv ...string) (wo
 		name, _, _ := strings.Cut(kv, "=")
 		names = append(names, name)
 	}
-	sb, err := sandbox.New(sandbox.Config{Settings: sandbox.Settings{Mode: sandbox.ModeNone, AgentEnv: names}})
+	sb, err := sandbox.New(sandbox.Config{Settings: sandbox.Settings{Mode: cmp.Or(e.box, sandbox.ModeNone), AgentEnv: names}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +349,7 @@ func (e *repoEnv) run(t *testing.T, planID, mode string, extraEnv ...string) (wo
 	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	wk, err := worker.New(api, ag, log, worker.Config{WorkerID: w.ID, PlanID: planID, Drain: true,
-		ClaimWait: time.Second, WorkspaceDir: e.wsDir, Git: e.git})
+		ClaimWait: time.Second, WorkspaceDir: e.wsDir, Git: e.git, Sandbox: sb})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +386,8 @@ func payload(t *testing.T, raw json.RawMessage) map[string]any {
 	return m
 }
 
-// assertNoWorkspaceLeft checks that the workspace directory holds nothing.
+// assertNoWorkspaceLeft checks that the workspace directory holds nothing but the
+// repository's store (kept for the next plan), and no quarantine in it.
 func (e *repoEnv) assertNoWorkspaceLeft(t *testing.T) {
 	t.Helper()
 	entries, err := os.ReadDir(e.wsDir)
@@ -390,10 +396,22 @@ func (e *repoEnv) assertNoWorkspaceLeft(t *testing.T) {
 	}
 	var names []string
 	for _, en := range entries {
-		names = append(names, en.Name())
+		if en.Name() != ".repos" {
+			names = append(names, en.Name())
+		}
 	}
 	if len(names) > 0 {
 		t.Fatalf("workspaces left after the plan ended: %v", names)
+	}
+	left, err := filepath.Glob(filepath.Join(e.wsDir, ".repos", "*", "quarantine-*"))
+	if err != nil || len(left) > 0 {
+		t.Fatalf("quarantines left: %v %v", left, err)
+	}
+	stores, _ := filepath.Glob(filepath.Join(e.wsDir, ".repos", "*.git"))
+	for _, store := range stores {
+		if refs := gitIn(t, store, "for-each-ref", "refs/whilly/"); refs != "" {
+			t.Fatalf("the ended plans' refs are left in the store:\n%s", refs)
+		}
 	}
 }
 
