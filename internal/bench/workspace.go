@@ -162,16 +162,11 @@ func checkout(ctx context.Context, ws *whillyworker.Workspaces, cloneURL string,
 	if err != nil {
 		return fmt.Errorf("check out plan %s: %w", c.PlanID, err)
 	}
-	c.Dir = co.Dir
+	c.Dir, c.Head = co.Dir, co.StartSHA()
 	if err := co.Close(); err != nil {
 		return fmt.Errorf("close the workspace of plan %s: %w", c.PlanID, err)
 	}
 	c.Seconds = time.Since(start).Seconds()
-	head, err := gitOut(ctx, c.Dir, "rev-parse", "HEAD")
-	if err != nil {
-		return err
-	}
-	c.Head = head
 	if c.Files, c.TreeBytes, err = treeSize(c.Dir); err != nil {
 		return err
 	}
@@ -182,14 +177,17 @@ func checkout(ctx context.Context, ws *whillyworker.Workspaces, cloneURL string,
 	return nil
 }
 
-// treeSize counts the regular files of a work tree, and their bytes, outside .git.
+// treeSize counts the regular files of a work tree, and their bytes, but for its .git
+// (a directory, or a file naming the repository elsewhere).
 func treeSize(dir string) (files int, size int64, err error) {
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		switch {
 		case err != nil:
 			return err
-		case d.IsDir() && d.Name() == ".git" && filepath.Dir(p) == dir:
-			return filepath.SkipDir
+		case d.Name() == ".git" && filepath.Dir(p) == dir:
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
 		case d.Type().IsRegular():
 			info, err := d.Info()
 			if err != nil {
