@@ -35,6 +35,9 @@ type WorkspaceOptions struct {
 	Root string
 	// Runs is how many times `true` runs in the box, and as many times unboxed.
 	Runs int
+	// BoxInit is the executable the box runs as its init, as a worker's box runs the
+	// worker's binary (whilly-worker); "" is this process's own.
+	BoxInit string
 	// Progress receives the phases ("bench: …"); nil discards them. With Live, the
 	// generation's progress rewrites one line in place (a terminal).
 	Progress io.Writer
@@ -87,14 +90,21 @@ type Checkout struct {
 // BoxStart compares running `true` in the sandbox with running it unboxed.
 type BoxStart struct {
 	// Skipped says why the box was not measured ("" when it was).
-	Skipped      string  `json:"skipped,omitempty"`
+	Skipped string `json:"skipped,omitempty"`
+	// Init is the box's init: every run in the box starts it first.
+	Init         string  `json:"init"`
 	Runs         int     `json:"runs"`
 	BoxedP50Ms   float64 `json:"boxed_p50_ms"`
 	BoxedP90Ms   float64 `json:"boxed_p90_ms"`
 	UnboxedP50Ms float64 `json:"unboxed_p50_ms"`
 	UnboxedP90Ms float64 `json:"unboxed_p90_ms"`
 	// AddedP50Ms is BoxedP50Ms - UnboxedP50Ms; the target: at most MaxAddedP50Ms.
-	AddedP50Ms    float64 `json:"added_p50_ms"`
+	AddedP50Ms float64 `json:"added_p50_ms"`
+	// The boxed runs' steps, p50 each: the sandbox's Prepare (the box's directory and
+	// home, the proxy), the process (bubblewrap, the box's init, true), Close.
+	PrepareP50Ms  float64 `json:"prepare_p50_ms"`
+	ProcessP50Ms  float64 `json:"process_p50_ms"`
+	CloseP50Ms    float64 `json:"close_p50_ms"`
 	AddedP90Ms    float64 `json:"added_p90_ms"`
 	MaxAddedP50Ms float64 `json:"max_added_p50_ms"`
 	Pass          bool    `json:"pass"`
@@ -150,7 +160,7 @@ func Workspace(ctx context.Context, o WorkspaceOptions) (WorkspaceResult, error)
 	res.Ratio = res.Second.Seconds / res.First.Seconds
 	res.SecondPass = res.Ratio <= maxCheckoutRatio && res.Second.Seconds <= maxSecondCheckout.Seconds()
 
-	res.Box, err = boxStart(ctx, s, res.First.Dir, o.Runs)
+	res.Box, err = boxStart(ctx, s, res.First.Dir, o)
 	return res, err
 }
 
@@ -220,14 +230,17 @@ func serveRepo(ctx context.Context, dir string) (*http.Server, string, error) {
 // boxStart runs `true` runs times in the sandbox and runs times unboxed, interleaved, each
 // through Prepare, the process and Close; it skips (Skipped says why) when bubblewrap
 // does not work here.
-func boxStart(ctx context.Context, s Setup, dir string, runs int) (BoxStart, error) {
-	res := BoxStart{Runs: runs, MaxAddedP50Ms: ms(maxBoxAddedP50)}
-	// The defaults a worker gets with no sandbox variable set.
-	set, err := sandbox.SettingsFromEnv(func(string) string { return "" })
-	if err != nil {
-		return res, fmt.Errorf("the sandbox's default settings: %w", err)
+func boxStart(ctx context.Context, s Setup, dir string, o WorkspaceOptions) (BoxStart, error) {
+	runs := o.Runs
+	res := BoxStart{Runs: runs, MaxAddedP50Ms: ms(maxBoxAddedP50), Init: o.BoxInit}
+	if res.Init == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return res, fmt.Errorf("find this program, the box's init: %w", err)
+		}
+		res.Init = exe
 	}
-	box, err := sandbox.Open(ctx, set, true)
+	box, err := openBox(ctx, o.BoxInit)
 	if err != nil {
 		if !errors.Is(err, sandbox.ErrUnavailable) {
 			return res, fmt.Errorf("open the sandbox: %w", err)
@@ -242,20 +255,24 @@ func boxStart(ctx context.Context, s Setup, dir string, runs int) (BoxStart, err
 	}
 	s.progressf("box start: true, %d times in the box and %d times unboxed, interleaved", runs, runs)
 	var boxed, unboxed []time.Duration
+	var steps [3][]time.Duration // of the boxed runs: Prepare, the process, Close
 	for i := range runs {
 		order := []*sandbox.Sandbox{box, nil}
 		if i%2 == 1 {
 			slices.Reverse(order)
 		}
 		for _, sb := range order {
-			d, err := runTrue(ctx, sb, bin, dir)
+			t, err := runTrue(ctx, sb, bin, dir)
 			if err != nil {
 				return res, err
 			}
-			if sb.Boxed() {
-				boxed = append(boxed, d)
-			} else {
-				unboxed = append(unboxed, d)
+			if !sb.Boxed() {
+				unboxed = append(unboxed, t.total())
+				continue
+			}
+			boxed = append(boxed, t.total())
+			for i, d := range []time.Duration{t.prepare, t.run, t.close} {
+				steps[i] = append(steps[i], d)
 			}
 		}
 	}
@@ -263,27 +280,57 @@ func boxStart(ctx context.Context, s Setup, dir string, runs int) (BoxStart, err
 	slices.Sort(unboxed)
 	res.BoxedP50Ms, res.BoxedP90Ms = ms(percentile(boxed, 0.5)), ms(percentile(boxed, 0.9))
 	res.UnboxedP50Ms, res.UnboxedP90Ms = ms(percentile(unboxed, 0.5)), ms(percentile(unboxed, 0.9))
+	for i, p := range []*float64{&res.PrepareP50Ms, &res.ProcessP50Ms, &res.CloseP50Ms} {
+		slices.Sort(steps[i])
+		*p = ms(percentile(steps[i], 0.5))
+	}
 	res.AddedP50Ms, res.AddedP90Ms = res.BoxedP50Ms-res.UnboxedP50Ms, res.BoxedP90Ms-res.UnboxedP90Ms
 	res.Pass = res.AddedP50Ms <= res.MaxAddedP50Ms
 	return res, nil
 }
 
+// openBox opens the sandbox as a worker with no sandbox variable set does, with init
+// as the box's init ("" is this process).
+func openBox(ctx context.Context, init string) (*sandbox.Sandbox, error) {
+	set, err := sandbox.SettingsFromEnv(func(string) string { return "" })
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's default settings: %w", err)
+	}
+	if init == "" {
+		return sandbox.Open(ctx, set, true)
+	}
+	box, err := sandbox.New(sandbox.Config{Settings: set, Init: init})
+	if err == nil {
+		err = box.Probe(ctx)
+	}
+	return box, err
+}
+
+// runTimes are the steps of one run of true.
+type runTimes struct{ prepare, run, close time.Duration }
+
+func (t runTimes) total() time.Duration { return t.prepare + t.run + t.close }
+
 // runTrue prepares a run of bin in dir with sb (nil: unboxed), runs it and closes it,
-// and returns how long that took.
-func runTrue(ctx context.Context, sb *sandbox.Sandbox, bin, dir string) (time.Duration, error) {
+// timing each step.
+func runTrue(ctx context.Context, sb *sandbox.Sandbox, bin, dir string) (runTimes, error) {
+	var t runTimes
 	start := time.Now()
 	c, err := sb.Prepare(ctx, sandbox.Spec{Path: bin, Dir: dir, Agent: sandbox.AgentCommand})
 	if err != nil {
-		return 0, fmt.Errorf("prepare a run of %s (%s): %w", bin, sb.Mode(), err)
+		return t, fmt.Errorf("prepare a run of %s (%s): %w", bin, sb.Mode(), err)
 	}
+	t.prepare = time.Since(start)
 	cmd := exec.CommandContext(ctx, c.Path, c.Args...) //nolint:gosec // G204: the sandbox's own command line for true
 	cmd.Dir, cmd.Env = c.Dir, c.Env
 	out, err := cmd.CombinedOutput()
+	t.run = time.Since(start) - t.prepare
 	c.Close()
+	t.close = time.Since(start) - t.prepare - t.run
 	if err != nil {
-		return 0, fmt.Errorf("run %s (%s): %w: %s", bin, sb.Mode(), err, strings.TrimSpace(string(out)))
+		return t, fmt.Errorf("run %s (%s): %w: %s", bin, sb.Mode(), err, strings.TrimSpace(string(out)))
 	}
-	return time.Since(start), nil
+	return t, nil
 }
 
 // gitOut runs git in dir, isolated from the machine's configuration, and returns its
