@@ -99,15 +99,15 @@ type BoxStart struct {
 	UnboxedP50Ms float64 `json:"unboxed_p50_ms"`
 	UnboxedP90Ms float64 `json:"unboxed_p90_ms"`
 	// AddedP50Ms is BoxedP50Ms - UnboxedP50Ms; the target: at most MaxAddedP50Ms.
-	AddedP50Ms float64 `json:"added_p50_ms"`
-	// The boxed runs' steps, p50 each: the sandbox's Prepare (the box's directory and
-	// home, the proxy), the process (bubblewrap, the box's init, true), Close.
-	PrepareP50Ms  float64 `json:"prepare_p50_ms"`
-	ProcessP50Ms  float64 `json:"process_p50_ms"`
-	CloseP50Ms    float64 `json:"close_p50_ms"`
+	AddedP50Ms    float64 `json:"added_p50_ms"`
 	AddedP90Ms    float64 `json:"added_p90_ms"`
 	MaxAddedP50Ms float64 `json:"max_added_p50_ms"`
 	Pass          bool    `json:"pass"`
+	// The boxed runs' steps, p50 each: the sandbox's Prepare (the box's directory and
+	// home, the proxy), the process (bubblewrap, the box's init, true), Close.
+	PrepareP50Ms float64 `json:"prepare_p50_ms"`
+	ProcessP50Ms float64 `json:"process_p50_ms"`
+	CloseP50Ms   float64 `json:"close_p50_ms"`
 }
 
 // The workspace benchmark's targets: a second plan's checkout on a worker that holds the
@@ -271,8 +271,8 @@ func boxStart(ctx context.Context, s Setup, dir string, o WorkspaceOptions) (Box
 				continue
 			}
 			boxed = append(boxed, t.total())
-			for i, d := range []time.Duration{t.prepare, t.run, t.close} {
-				steps[i] = append(steps[i], d)
+			for j, d := range []time.Duration{t.prepare, t.run, t.close} {
+				steps[j] = append(steps[j], d)
 			}
 		}
 	}
