@@ -25,10 +25,10 @@ func (a *app) benchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the control plane's throughput and latency on this machine",
-		Long: `Benchmarks of the real code on the configured database (the embedded one by default).
-Each creates scratch plans (ids bench-…) and deletes them afterwards; their events stay in
-the audit log, which is append-only. Results are printed as a table, then one key=value
-line, always the last.`,
+		Long: `Benchmarks of the real code on the configured database (the embedded one by default;
+workspace needs none). Each creates scratch plans (ids bench-…) and deletes them
+afterwards; their events stay in the audit log, which is append-only. Results are printed
+as a table, then one key=value line, always the last.`,
 	}
 	cmd.AddCommand(a.benchClaims(), a.benchE2E())
 	cmd.AddCommand(a.benchIntake(), a.benchScale())
