@@ -180,3 +180,40 @@ func buildWhilly(t *testing.T) string {
 	}
 	return bin
 }
+
+// `whilly bench workspace` needs no database: at a tiny scale it prints its table, then
+// the key=value line last; a second run reuses the repository the first generated.
+func TestBenchWorkspaceSmall(t *testing.T) {
+	t.Parallel()
+	cache := t.TempDir()
+	args := []string{"workspace", "--history-mb", "2", "--tree-mb", "1", "--runs", "2", "--cache-dir", cache}
+	out, progress := runBench(t, map[string]string{}, args...)
+	for _, row := range []string{"repository", "first checkout", "second checkout"} {
+		if !regexp.MustCompile(`(?m)^` + row + `  `).MatchString(out) {
+			t.Errorf("no %q row in\n%s", row, out)
+		}
+	}
+	if !strings.Contains(out, "\nbox start  ") && !strings.Contains(out, "\nbox start skipped: ") {
+		t.Errorf("neither the box start's row nor why it was skipped in\n%s", out)
+	}
+	re := regexp.MustCompile(`^history_mb=2 tree_mb=1 first_checkout_s=\d+\.\d\d second_checkout_s=\d+\.\d\d second_ratio=\d+\.\d{3} second_pass=(true|false) ` +
+		`(box_added_p50_ms=-?\d+\.\d box_added_p90_ms=-?\d+\.\d box_pass=(true|false)|box_added_p50_ms=skipped box_added_p90_ms=skipped box_pass=skipped)$`)
+	if last := lastLine(out); !re.MatchString(last) {
+		t.Fatalf("last line %q is not the key=value summary\n%s", last, out)
+	}
+	if !strings.Contains(progress, "bench: generated in ") {
+		t.Errorf("the first run does not say it generated the repository:\n%s", progress)
+	}
+
+	out, _ = runBench(t, map[string]string{}, append(args, "--json")...)
+	var res bench.WorkspaceResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if res.Repo.Generated || !strings.HasPrefix(res.Repo.Dir, cache) {
+		t.Errorf("the second run did not reuse the repository in %s: %+v", cache, res.Repo)
+	}
+	if res.First.Files != res.Repo.Files || res.Second.Files != res.Repo.Files || res.First.Head != res.Repo.Head {
+		t.Errorf("checkouts %+v and %+v of repository %+v", res.First, res.Second, res.Repo)
+	}
+}

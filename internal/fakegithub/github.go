@@ -57,8 +57,8 @@ type GitHub struct {
 	hours         map[int64]hourWindow  // requests per installation in its current hour
 	writesAt      map[int64][]time.Time // content writes per installation in the last minute
 	tokenRequests []TokenRequest
-	gitRoot       string // bare repositories: <gitRoot>/<owner>/<name>.git
-	gitBackend    string // git-http-backend
+	gitRoot       string   // bare repositories: <gitRoot>/<owner>/<name>.git
+	git           *GitHTTP // serves the repositories under gitRoot
 	flow          manifestFlow
 	oauth         fakeOAuth  // github_oauth.go
 	checks        fakeChecks // reviews, check suites and runs (github_checks.go)

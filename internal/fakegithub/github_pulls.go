@@ -1,14 +1,11 @@
 package fakegithub
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
-	"net/http/cgi" //nolint:gosec // G504 is about Go before 1.6.3 (httpoxy); this serves git to tests and benchmarks only
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,6 +86,7 @@ func (g *GitHub) AddGitRepo(ctx context.Context, repo, defaultBranch string, fil
 			return "", fmt.Errorf("make the fake's git directory: %w", err)
 		}
 		g.gitRoot = dir
+		g.git = &GitHTTP{Root: dir, Push: true}
 	}
 	root := g.gitRoot
 	g.mu.Unlock()
@@ -461,48 +459,25 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 func (g *GitHub) serveGit(w http.ResponseWriter, req *http.Request, _ int64, m []string) int {
 	g.mu.Lock()
 	r, ok := g.repos[strings.ToLower(m[1]+"/"+m[2])]
-	root, dir := g.gitRoot, ""
+	dir := ""
 	if ok {
 		dir = r.gitDir
 	}
-	backend := g.gitBackend
+	backend := g.git
 	g.mu.Unlock()
-	if dir == "" {
+	if dir == "" || backend == nil {
 		return notFound(w)
 	}
-	if backend == "" {
-		out, err := runGit(req.Context(), root, "--exec-path")
-		if err != nil {
-			g.errorf("fake GitHub: find git http-backend: %v", err)
-			return writeJSON(w, http.StatusInternalServerError, nil)
-		}
-		backend = filepath.Join(out, "git-http-backend")
-		g.mu.Lock()
-		g.gitBackend = backend
-		g.mu.Unlock()
-	}
-	// CGI refuses chunked bodies: hand it the (small) body whole.
-	body, err := io.ReadAll(req.Body)
-	if err != nil {
-		return writeJSON(w, http.StatusBadRequest, nil)
-	}
-	rel, err := filepath.Rel(root, dir)
+	rel, err := filepath.Rel(backend.Root, dir)
 	if err != nil {
 		return writeJSON(w, http.StatusInternalServerError, nil)
 	}
-	cr := req.Clone(req.Context())
-	cr.URL.Path = "/" + filepath.ToSlash(rel) + strings.TrimPrefix(req.URL.Path, "/"+m[1]+"/"+m[2]+".git")
-	cr.Body, cr.ContentLength, cr.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
-	h := &cgi.Handler{Path: backend, Dir: root, Env: []string{
-		"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + os.DevNull,
-		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.receivepack", "GIT_CONFIG_VALUE_0=true",
-	}}
-	rec := &statusRecorder{ResponseWriter: w}
-	h.ServeHTTP(rec, cr)
-	if rec.status == 0 {
-		rec.status = http.StatusOK
+	status, err := backend.serve(w, req, "/"+filepath.ToSlash(rel)+strings.TrimPrefix(req.URL.Path, "/"+m[1]+"/"+m[2]+".git"))
+	if err != nil {
+		g.errorf("fake GitHub: %v", err)
+		return writeJSON(w, http.StatusInternalServerError, nil)
 	}
-	return rec.status
+	return status
 }
 
 // Branch returns the commit subjects of a branch of a git repository of the fake,
