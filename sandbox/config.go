@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -37,10 +38,23 @@ type Settings struct {
 	AllowHosts []string
 	// AgentEnv names more variables of the worker's environment that reach the agent.
 	AgentEnv []string
+	// Memory (bytes), Pids and Disk (bytes) bound one box; 0 is the default
+	// (DefaultMemory, DefaultPids, DefaultDisk).
+	Memory int64
+	Pids   int
+	Disk   int64
 }
 
-// SettingsFromEnv reads WHILLY_SANDBOX, WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS and
-// WHILLY_AGENT_ENV through getenv (usually os.Getenv), and checks them.
+// The default limits of one box.
+const (
+	DefaultMemory = 4 << 30
+	DefaultPids   = 1024
+	DefaultDisk   = 10 << 30
+)
+
+// SettingsFromEnv reads WHILLY_SANDBOX, WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS,
+// WHILLY_AGENT_ENV and the limits WHILLY_SANDBOX_MEMORY, WHILLY_SANDBOX_PIDS and
+// WHILLY_SANDBOX_DISK through getenv (usually os.Getenv), and checks them.
 func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 	env := config.New(getenv)
 	s := Settings{
@@ -48,6 +62,16 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		Net:        strings.ToLower(env.Raw(config.SandboxNet)),
 		AllowHosts: env.List(config.SandboxAllowHosts),
 		AgentEnv:   env.List(config.AgentEnv),
+	}
+	var err error
+	if s.Memory, err = env.Size(config.SandboxMemory); err != nil {
+		return s, err
+	}
+	if s.Pids, err = env.Int(config.SandboxPids); err != nil {
+		return s, err
+	}
+	if s.Disk, err = env.Size(config.SandboxDisk); err != nil {
+		return s, err
 	}
 	return s, s.validate()
 }
@@ -65,6 +89,12 @@ func (s *Settings) validate() error {
 	default:
 		return fmt.Errorf("WHILLY_SANDBOX_NET is %q: it must be proxy, none or host", s.Net)
 	}
+	if s.Memory < 0 || s.Pids < 0 || s.Disk < 0 {
+		return errors.New("the sandbox's limits must not be negative")
+	}
+	s.Memory = cmp.Or(s.Memory, DefaultMemory)
+	s.Pids = cmp.Or(s.Pids, DefaultPids)
+	s.Disk = cmp.Or(s.Disk, DefaultDisk)
 	for _, h := range s.AllowHosts {
 		if _, err := parseHostRule(h); err != nil {
 			return fmt.Errorf("WHILLY_SANDBOX_ALLOW_HOSTS: %w", err)

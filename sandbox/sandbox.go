@@ -49,6 +49,9 @@ type Sandbox struct {
 	bwrap, init   string
 	disableUserns bool     // bwrap knows --disable-userns (0.8 and later)
 	etcMasks      []string // entries of /etc that other users may not read
+	limits        Settings // Memory, Pids, Disk
+	cgroups       cgroupParent
+	seccomp       []byte // the filter; nil where there is none
 }
 
 // New returns a Sandbox for cfg. For ModeBwrap it finds bubblewrap and the init, but
@@ -57,7 +60,7 @@ func New(cfg Config) (*Sandbox, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Sandbox{mode: cfg.Mode, net: cfg.Net, allow: cfg.AllowHosts, agentEnv: cfg.AgentEnv}
+	s := &Sandbox{mode: cfg.Mode, net: cfg.Net, allow: cfg.AllowHosts, agentEnv: cfg.AgentEnv, limits: cfg.Settings}
 	if s.mode == "" {
 		s.mode = ModeBwrap
 	}
@@ -78,6 +81,8 @@ func New(cfg Config) (*Sandbox, error) {
 	help, _ := exec.Command(path, "--help").CombinedOutput() //nolint:noctx // a local binary's usage, at once
 	s.disableUserns = bytes.Contains(help, []byte("--disable-userns"))
 	s.etcMasks = unreadable("/etc")
+	s.cgroups = findCgroupParent()
+	s.seccomp = seccompFilter()
 	removeStaleBoxes(os.TempDir())
 	return s, nil
 }
@@ -141,14 +146,18 @@ func (b Bind) args() []string {
 	return []string{"--bind", b.Src, dst}
 }
 
-// Cmd is a prepared run: start Path with Args in Dir with Env, then Close it.
+// Cmd is a prepared run: start Path with Args in Dir with Env and ExtraFiles, tell it
+// Started, and when it has ended ask it what limit it Exceeded, then Close it.
 type Cmd struct {
 	Path string
 	Args []string
 	Dir  string
 	Env  []string
-	Mode string // ModeBwrap or ModeNone
-	Net  string // the box's network policy; "" unboxed
+	// ExtraFiles are the process's files from descriptor 3 on (exec.Cmd.ExtraFiles).
+	ExtraFiles []*os.File
+	Mode       string // ModeBwrap or ModeNone
+	Net        string // the box's network policy; "" unboxed
+	limitsState
 
 	tmp     string
 	home    string // the worker's HOME, where refreshed credentials go back
@@ -200,14 +209,28 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 		return nil, fmt.Errorf("sandbox: mark the box's directory: %w", err)
 	}
 	c := &Cmd{Dir: dir, Mode: ModeBwrap, Net: s.net, tmp: tmp, home: home, profile: profileOf(spec.Agent)}
-	boxHomeDir := filepath.Join(tmp, "home")
-	if err := os.Mkdir(boxHomeDir, 0o700); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("sandbox: make the box's home: %w", err)
+	c.limits = s.limits
+	boxHomeDir, boxTmpDir := filepath.Join(tmp, "home"), filepath.Join(tmp, "tmp")
+	for _, d := range []string{boxHomeDir, boxTmpDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("sandbox: make the box's %s: %w", filepath.Base(d), err)
+		}
 	}
 	seedHome(home, boxHomeDir, c.profile)
+	if s.cgroups.ok() {
+		if c.cg, err = s.cgroups.create(filepath.Base(tmp), s.limits.Memory, s.limits.Pids); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	if c.ExtraFiles, err = s.seccompFiles(); err != nil {
+		c.Close()
+		return nil, err
+	}
 
-	a := s.baseArgs()
+	a := append(s.baseArgs(), seccompArgs(c.ExtraFiles)...)
+	a = append(a, "--bind", boxTmpDir, "/tmp")
 	var ro []string
 	if exeBind != "" {
 		ro = append(ro, exeBind)
@@ -240,14 +263,53 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	a = append(a, "--")
 	a = append(a, initArgs...)
 	a = append(a, "--", exe)
-	c.Path, c.Args = s.bwrap, append(a, spec.Args...)
+	c.Path = s.init
+	c.Args = append(append(append(c.limitArgs(), "--", s.bwrap), a...), spec.Args...)
 	return c, nil
 }
 
-// baseArgs are the namespaces and the file system every box has, up to the agent's own
-// binds.
+// seccompFiles are the box's filter, readable at descriptor 3 (none where there is no
+// filter).
+func (s *Sandbox) seccompFiles() ([]*os.File, error) {
+	if s.seccomp == nil {
+		return nil, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pass the seccomp filter: %w", err)
+	}
+	_, err = w.Write(s.seccomp) // far less than a pipe holds
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("sandbox: pass the seccomp filter: %w", err)
+	}
+	return []*os.File{r}, nil
+}
+
+// seccompArgs tell bubblewrap where the filter is: the first of the files.
+func seccompArgs(files []*os.File) []string {
+	if len(files) == 0 {
+		return nil
+	}
+	return []string{"--seccomp", "3"}
+}
+
+// boxUID and boxGID are the box's identity when the worker is root: an ordinary user's,
+// without capabilities. Files it writes are the worker's outside.
+const boxUID, boxGID = 1000, 1000
+
+// baseArgs are the namespaces, the identity and the file system every box has, up to the
+// agent's own binds.
 func (s *Sandbox) baseArgs() []string {
-	a := []string{"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"}
+	uid, gid := os.Getuid(), os.Getgid()
+	if uid == 0 {
+		uid, gid = boxUID, boxGID
+	}
+	a := []string{"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid), "--cap-drop", "ALL"}
 	if s.net != NetHost {
 		a = append(a, "--unshare-net")
 	}
@@ -277,7 +339,7 @@ func (s *Sandbox) baseArgs() []string {
 	if s.net == NetHost {
 		a = append(a, "--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve")
 	}
-	return append(a, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", s.init, boxInit)
+	return append(a, "--proc", "/proc", "--dev", "/dev", "--ro-bind", s.init, boxInit)
 }
 
 // Close stops the run's proxy, keeps credentials the agent's CLI refreshed, and removes
@@ -286,6 +348,10 @@ func (c *Cmd) Close() {
 	if c == nil || c.tmp == "" {
 		return
 	}
+	c.stopWatch()
+	c.cg.remove()
+	closeFiles(c.ExtraFiles)
+	c.ExtraFiles = nil
 	if c.proxy != nil {
 		c.proxy.close()
 	}
@@ -314,12 +380,17 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	args := append(s.baseArgs(), "--", boxInit, initArg, probeArg)
+	files, err := s.seccompFiles()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	defer closeFiles(files)
+	args := append(append(s.baseArgs(), seccompArgs(files)...), "--", boxInit, initArg, probeArg)
 	cmd := exec.CommandContext(ctx, s.bwrap, args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Env, cmd.ExtraFiles = []string{"PATH=/usr/bin:/bin"}, files
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	err = cmd.Run()
 	if err == nil && strings.TrimSpace(out.String()) == probeAnswer {
 		return nil
 	}
@@ -584,6 +655,12 @@ func readRegular(p string, follow bool) ([]byte, error) {
 		return nil, errors.New("not a regular file of bounded size")
 	}
 	return io.ReadAll(io.LimitReader(f, maxConfigFile))
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
 }
 
 func cmpOr(s, def string) string {

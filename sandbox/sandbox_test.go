@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,8 +17,15 @@ import (
 
 func TestMain(m *testing.M) {
 	HandleInit()
+	if len(os.Args) > 1 && testProbes[os.Args[1]] != nil {
+		os.Exit(testProbes[os.Args[1]]())
+	}
 	os.Exit(m.Run())
 }
+
+// testProbes are what this binary does instead of testing when its first argument names
+// one: run in a box, it probes the box from inside.
+var testProbes = map[string]func() int{}
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -138,10 +146,21 @@ func runIn(t *testing.T, s *Sandbox, dir, script string, environ []string) (stri
 		t.Fatal(err)
 	}
 	defer c.Close()
+	return runCmd(t, c)
+}
+
+// runCmd runs a prepared Cmd as the agent package does, and returns its output.
+func runCmd(t *testing.T, c *Cmd) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
 	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
-	cmd.Dir, cmd.Env = c.Dir, c.Env
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	cmd.Dir, cmd.Env, cmd.ExtraFiles, cmd.Stdout, cmd.Stderr = c.Dir, c.Env, c.ExtraFiles, &out, &out
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	c.Started(cmd.Process)
+	err := cmd.Wait()
+	return out.String(), err
 }
 
 // The box: the workspace is writable, the system is not, /etc/shadow reads as empty,
@@ -220,9 +239,7 @@ func TestBoxHomeSeedAndCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
-	cmd.Env = c.Env
-	out, err := cmd.CombinedOutput()
+	out, err := runCmd(t, c)
 	c.Close()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -346,10 +363,8 @@ func TestBoxBindsTheNodeModulesOfAnNpmCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
-	cmd.Env = c.Env
-	out, err := cmd.CombinedOutput()
-	if err != nil || string(out) != "native binary here\n" {
+	out, err := runCmd(t, c)
+	if err != nil || out != "native binary here\n" {
 		t.Errorf("the npm CLI in the box: %v %q", err, out)
 	}
 }
@@ -382,9 +397,7 @@ rm .codex/auth.json && mkfifo .codex/auth.json`, hostJSON},
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
-	cmd.Env = c.Env
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := runCmd(t, c); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	done := make(chan struct{})

@@ -1,0 +1,220 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// probeSyscallsArg makes the test binary, run in a box, try the system calls the box's
+// filter refuses and print how each ended.
+const probeSyscallsArg = "__whilly_test_syscalls"
+
+func init() { testProbes[probeSyscallsArg] = probeSyscalls }
+
+// probeSyscalls prints "name errno" for each refused call it tries ("ok" when it worked).
+func probeSyscalls() int {
+	res := func(name string, err error) {
+		switch {
+		case err == nil:
+			fmt.Println(name, "ok")
+		default:
+			var en syscall.Errno
+			if errors.As(err, &en) {
+				fmt.Println(name, unix.ErrnoName(en))
+			} else {
+				fmt.Println(name, err)
+			}
+		}
+	}
+	raw := func(name string, nr uintptr, a ...uintptr) {
+		a = append(a, 0, 0, 0, 0, 0, 0)
+		_, _, en := unix.Syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5])
+		if en == 0 {
+			res(name, nil)
+		} else {
+			res(name, en)
+		}
+	}
+	raw("keyctl", unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, uintptr(0xfffffffd)) // the session keyring
+	raw("add_key", unix.SYS_ADD_KEY)
+	raw("bpf", unix.SYS_BPF, unix.BPF_PROG_LOAD)
+	raw("perf_event_open", unix.SYS_PERF_EVENT_OPEN)
+	raw("userfaultfd", unix.SYS_USERFAULTFD)
+	raw("fsopen", unix.SYS_FSOPEN)
+	res("mount", unix.Mount("none", "/tmp", "tmpfs", 0, ""))
+	res("unshare", unix.Unshare(unix.CLONE_NEWUSER))
+	raw("clone3", unix.SYS_CLONE3)
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}
+	res("clone_newuser", cmd.Run())
+	res("clone_plain", exec.Command("/bin/true").Run())
+	return 0
+}
+
+// The box, even for a root worker, is an unprivileged user without capabilities: a
+// file the box made read-only cannot be written (as a project's permission tests expect),
+// the workspace stays writable, and what the box writes is the worker's outside.
+func TestBoxIdentity(t *testing.T) {
+	t.Parallel()
+	s := boxT(t, Settings{Net: NetNone})
+	ws := t.TempDir()
+	out, err := runIn(t, s, ws, `id -u; grep CapEff /proc/self/status; echo x > ro; chmod 0400 ro
+if echo y >> ro; then echo WROTE-RO; fi; echo made > made; cat made`, nil)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if lines[0] == "0" {
+		t.Errorf("the box runs as uid 0: %s", out)
+	}
+	if !strings.Contains(out, "CapEff:\t0000000000000000") {
+		t.Errorf("the box has capabilities: %s", out)
+	}
+	if strings.Contains(out, "WROTE-RO") || !strings.Contains(out, "Permission denied") {
+		t.Errorf("a 0400 file was writable in the box: %s", out)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(out), "made") {
+		t.Errorf("the workspace is not writable: %s", out)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(ws, "made"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if int(st.Uid) != os.Getuid() || int(st.Gid) != os.Getgid() {
+		t.Errorf("the box's file is owned by %d:%d outside, want the worker's %d:%d", st.Uid, st.Gid, os.Getuid(), os.Getgid())
+	}
+}
+
+// The box's /tmp is on disk, not in the worker's memory.
+func TestBoxTmpIsOnDisk(t *testing.T) {
+	t.Parallel()
+	s := boxT(t, Settings{Net: NetNone})
+	out, err := runIn(t, s, t.TempDir(), `stat -f -c %T /tmp; echo x > /tmp/f && cat /tmp/f`, nil)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if strings.HasPrefix(out, "tmpfs") || !strings.HasSuffix(strings.TrimSpace(out), "x") {
+		t.Errorf("/tmp in the box: %s", out)
+	}
+}
+
+// The filter refuses new namespaces, mounts, keyrings, bpf, perf and userfaultfd with
+// EPERM, and clone3 with ENOSYS (so libcs fall back to clone); a plain fork still works.
+func TestSeccompRefuses(t *testing.T) {
+	t.Parallel()
+	s := boxT(t, Settings{Net: NetNone})
+	ws := t.TempDir()
+	out, err := runIn(t, s, ws, `unshare -U true; echo "U=$?"; unshare -m true; echo "m=$?"`, nil)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !strings.Contains(out, "U=1") || !strings.Contains(out, "m=1") || strings.Count(out, "Operation not permitted") < 2 {
+		t.Errorf("unshare in the box: %s", out)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Prepare(ctxT(t), Spec{Path: exe, Args: []string{probeSyscallsArg}, Dir: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := runCmd(t, c)
+	if err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(raw), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok {
+			got[k] = v
+		}
+	}
+	want := map[string]string{"keyctl": "EPERM", "add_key": "EPERM", "bpf": "EPERM", "perf_event_open": "EPERM",
+		"userfaultfd": "EPERM", "fsopen": "EPERM", "mount": "EPERM", "unshare": "EPERM", "clone3": "ENOSYS",
+		"clone_newuser": "EPERM", "clone_plain": "ok"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %q, want %q (all: %s)", k, got[k], v, raw)
+		}
+	}
+}
+
+// Ordinary work is unaffected by the identity and the filter: a shell, git, go build.
+func TestBoxOrdinaryWork(t *testing.T) {
+	t.Parallel()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go on PATH")
+	}
+	cache, err := exec.Command(gobin, "env", "GOCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := boxT(t, Settings{Net: NetNone})
+	ws := t.TempDir()
+	c, err := s.Prepare(ctxT(t), Spec{Path: "/bin/sh", Dir: ws, Args: []string{"-c", `set -e
+git init -q . && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m one && git log --oneline | wc -l
+printf 'module m\ngo 1.21\n' > go.mod
+printf 'package main\nimport "fmt"\nfunc main() { fmt.Println("built-and-ran") }\n' > main.go
+go build -o prog . && ./prog`},
+		// The worker's build cache, as the box's caches will be: the standard library is
+		// built already.
+		Environ: []string{"PATH=" + filepath.Dir(gobin) + ":/usr/bin:/bin"},
+		Env:     []string{"GOTOOLCHAIN=local", "GOFLAGS=-buildvcs=false", "GOCACHE=" + strings.TrimSpace(string(cache))},
+		Binds:   []Bind{{Src: strings.TrimSpace(string(cache))}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	out, err := runCmd(t, c)
+	if err != nil || !strings.Contains(out, "built-and-ran") {
+		t.Fatalf("%v: %s", err, out)
+	}
+}
+
+// A memory hog, a process bomb and a disk filler each end their box, which names the
+// limit; the next box of the same Sandbox runs. (Unlimited, as boxes were, the hog got its
+// 128 MiB and the bomb its 200 processes.)
+func TestBoxLimits(t *testing.T) {
+	t.Parallel()
+	s := boxT(t, Settings{Net: NetNone, Memory: 64 << 20, Pids: 64, Disk: 8 << 20})
+	if !s.LimitsEnforced() {
+		if os.Getuid() == 0 {
+			t.Fatalf("root makes no cgroup here: %s", s.LimitsNote())
+		}
+		t.Skipf("no cgroup here: %s", s.LimitsNote())
+	}
+	for _, c := range []struct{ name, script, want string }{
+		{"hog", `a=x; i=0; while [ $i -lt 27 ]; do a=$a$a; i=$((i+1)); done; echo survived ${#a}`, "memory limit 64 MiB"},
+		{"bomb", `i=0; while [ $i -lt 200 ]; do sleep 20 & i=$((i+1)); done; echo survived; wait`, "process limit 64"},
+		{"tmp filler", `dd if=/dev/zero of=/tmp/fill bs=1M count=16 2>&1; echo filled; sleep 20; echo survived`, "disk limit 8 MiB"},
+		{"checkout filler", `dd if=/dev/zero of=fill bs=1M count=16 2>&1; echo filled`, "disk limit 8 MiB"},
+		{"next", `echo fine`, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			box, err := s.Prepare(ctxT(t), Spec{Path: "/bin/sh", Args: []string{"-c", c.script}, Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer box.Close()
+			out, err := runCmd(t, box)
+			if got := box.Exceeded(); got != c.want || strings.Contains(out, "survived") {
+				t.Errorf("Exceeded() = %q, want %q; %v: %s", got, c.want, err, out)
+			}
+			if c.want == "" && (err != nil || out != "fine\n") {
+				t.Errorf("the box after the others: %v: %s", err, out)
+			}
+		})
+	}
+}
