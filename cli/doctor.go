@@ -222,7 +222,12 @@ func (a *app) doctorSandbox(ctx context.Context, rep *doctorReport) {
 		rep.add("sandbox", checkFail, "%v", err)
 		return
 	}
-	rep.add("sandbox", checkOK, "bubblewrap makes boxes here")
+	msg := "bubblewrap makes boxes here"
+	if sb, err := sandbox.New(sandbox.Config{Settings: set}); err == nil {
+		// Whether the limits are a cgroup's or only a best effort.
+		msg += "; " + sb.LimitsNote()
+	}
+	rep.add("sandbox", checkOK, "%s", msg)
 }
 
 func (a *app) doctorGitHub(ctx context.Context, rep *doctorReport) {
