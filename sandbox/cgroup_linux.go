@@ -35,24 +35,53 @@ func findCgroupParent() cgroupParent {
 		}
 		return ""
 	}
-	var tries []cgroupParent
-	if mem, pids := v1("memory"), v1("pids"); mem != "" && pids != "" {
-		tries = append(tries, cgroupParent{mem: mem, pids: pids})
+	works := func(p cgroupParent) bool {
+		g, err := p.create(fmt.Sprintf("whilly-probe-%d", os.Getpid()), 64<<20, 64)
+		g.remove()
+		return err == nil
+	}
+	if p := (cgroupParent{mem: v1("memory"), pids: v1("pids")}); p.mem != "" && p.pids != "" && works(p) {
+		return p
 	}
 	for _, m := range mounts {
-		if m.v2 {
-			if dir := under(m, own[""]); dir != "" {
-				tries = append(tries, cgroupParent{v2: dir})
-			}
+		if !m.v2 {
+			continue
 		}
-	}
-	for _, p := range tries {
-		if g, err := p.create(fmt.Sprintf("whilly-probe-%d", os.Getpid()), 64<<20, 64); err == nil {
-			g.remove()
-			return p
+		dir := under(m, own[""])
+		if filepath.Base(dir) == workerLeaf {
+			dir = filepath.Dir(dir) // moved there by an earlier call
+		}
+		if dir != "" && enableControllers(dir) == nil && works(cgroupParent{v2: dir}) {
+			return cgroupParent{v2: dir}
 		}
 	}
 	return cgroupParent{}
+}
+
+// workerLeaf is the cgroup (v2) the worker's processes move to, below their own.
+const workerLeaf = "whilly-worker"
+
+// enableControllers lets dir's children (cgroup v2) have memory and process limits. Only
+// a cgroup without processes of its own may: where dir holds this worker (a delegated
+// cgroup, a container's), its processes move to a leaf of their own first.
+func enableControllers(dir string) error {
+	ctl := filepath.Join(dir, "cgroup.subtree_control")
+	err := writeCgroup(ctl, "+memory +pids")
+	if !errors.Is(err, syscall.EBUSY) {
+		return err
+	}
+	leaf := filepath.Join(dir, workerLeaf)
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return err
+	}
+	for _, pid := range strings.Fields(string(b)) {
+		_ = writeCgroup(filepath.Join(leaf, "cgroup.procs"), pid) // one that ended meanwhile stays behind
+	}
+	return writeCgroup(ctl, "+memory +pids")
 }
 
 // ok reports whether boxes get cgroups.
@@ -75,9 +104,6 @@ func (p cgroupParent) create(name string, memory int64, pids int) (*cgroup, erro
 	}
 	var settings []setting
 	if p.v2 != "" {
-		// The controllers must be enabled for the children; this fails where the parent
-		// holds processes of its own, and the child then lacks memory.max.
-		_ = writeCgroup(filepath.Join(p.v2, "cgroup.subtree_control"), "+memory +pids")
 		d := filepath.Join(p.v2, name)
 		g = &cgroup{v2: true, dirs: []string{d}}
 		settings = []setting{{d + "/memory.max", mem, false}, {d + "/memory.swap.max", "0", true}, {d + "/pids.max", pid, false}}

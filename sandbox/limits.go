@@ -76,7 +76,7 @@ func (s *Sandbox) LimitsNote() string {
 			sizeString(s.limits.Memory), s.limits.Pids, sizeString(s.limits.Disk))
 	}
 	return fmt.Sprintf("this worker cannot make cgroups (it needs root, or a delegated cgroup): a box's memory is only an address-space rlimit of %s, "+
-		"its processes are not limited, its disk is (%s)", sizeString(s.limits.Memory), sizeString(s.limits.Disk))
+		"its processes are not limited; its disk is limited to %s", sizeString(s.limits.Memory), sizeString(s.limits.Disk))
 }
 
 // limitArgs are the shim's arguments for c: its cgroup, or the rlimit.

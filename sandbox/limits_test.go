@@ -193,15 +193,23 @@ func TestBoxLimits(t *testing.T) {
 		if os.Getuid() == 0 {
 			t.Fatalf("root makes no cgroup here: %s", s.LimitsNote())
 		}
-		t.Skipf("no cgroup here: %s", s.LimitsNote())
+		// An address-space rlimit of 64 MiB would not let the box's init start.
+		t.Logf("no cgroup here, only the disk limit is tested: %s", s.LimitsNote())
+		s = boxT(t, Settings{Net: NetNone, Disk: 8 << 20})
 	}
-	for _, c := range []struct{ name, script, want string }{
-		{"hog", `a=x; i=0; while [ $i -lt 27 ]; do a=$a$a; i=$((i+1)); done; echo survived ${#a}`, "memory limit 64 MiB"},
-		{"bomb", `i=0; while [ $i -lt 200 ]; do sleep 20 & i=$((i+1)); done; echo survived; wait`, "process limit 64"},
-		{"tmp filler", `dd if=/dev/zero of=/tmp/fill bs=1M count=16 2>&1; echo filled; sleep 20; echo survived`, "disk limit 8 MiB"},
-		{"checkout filler", `dd if=/dev/zero of=fill bs=1M count=16 2>&1; echo filled`, "disk limit 8 MiB"},
-		{"next", `echo fine`, ""},
+	for _, c := range []struct {
+		name, script, want string
+		cgroup             bool // a limit only a cgroup enforces
+	}{
+		{"hog", `a=x; i=0; while [ $i -lt 27 ]; do a=$a$a; i=$((i+1)); done; echo survived ${#a}`, "memory limit 64 MiB", true},
+		{"bomb", `i=0; while [ $i -lt 200 ]; do sleep 20 & i=$((i+1)); done; echo survived; wait`, "process limit 64", true},
+		{"tmp filler", `dd if=/dev/zero of=/tmp/fill bs=1M count=16 2>&1; echo filled; sleep 20; echo survived`, "disk limit 8 MiB", false},
+		{"checkout filler", `dd if=/dev/zero of=fill bs=1M count=16 2>&1; echo filled`, "disk limit 8 MiB", false},
+		{"next", `echo fine`, "", false},
 	} {
+		if c.cgroup && !s.LimitsEnforced() {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			box, err := s.Prepare(ctxT(t), Spec{Path: "/bin/sh", Args: []string{"-c", c.script}, Dir: t.TempDir()})
 			if err != nil {
