@@ -87,6 +87,25 @@ func enableControllers(dir string) error {
 // ok reports whether boxes get cgroups.
 func (p cgroupParent) ok() bool { return p.v2 != "" || p.mem != "" }
 
+// removeStale removes the cgroups of boxes whose directory in tmpDir is gone: their worker
+// died without closing them. A cgroup that still holds a process stays (rmdir refuses).
+func (p cgroupParent) removeStale(tmpDir string) {
+	for _, parent := range []string{p.v2, p.mem, p.pids} {
+		if parent == "" {
+			continue
+		}
+		entries, _ := os.ReadDir(parent)
+		for _, e := range entries {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), boxDirPrefix) {
+				continue
+			}
+			if _, err := os.Lstat(filepath.Join(tmpDir, e.Name())); errors.Is(err, os.ErrNotExist) {
+				_ = syscall.Rmdir(filepath.Join(parent, e.Name()))
+			}
+		}
+	}
+}
+
 // cgroup is one box's cgroup: its directory in each hierarchy.
 type cgroup struct {
 	v2   bool

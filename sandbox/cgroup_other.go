@@ -11,6 +11,8 @@ func findCgroupParent() cgroupParent { return cgroupParent{} }
 
 func (cgroupParent) ok() bool { return false }
 
+func (cgroupParent) removeStale(string) {}
+
 func (cgroupParent) create(string, int64, int) (*cgroup, error) { return nil, nil }
 
 type cgroup struct{}

@@ -226,3 +226,33 @@ func TestBoxLimits(t *testing.T) {
 		})
 	}
 }
+
+// The cgroup of a box whose worker died (its directory gone) is removed by the next
+// Sandbox; a live box's stays.
+func TestStaleCgroupsAreRemoved(t *testing.T) {
+	s := boxT(t, Settings{Net: NetNone})
+	if !s.LimitsEnforced() {
+		t.Skip("no cgroup here")
+	}
+	dead, err := s.cgroups.create(boxDirPrefix+"dead-worker", 64<<20, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dead.remove)
+	live, err := s.Prepare(ctxT(t), Spec{Path: "/bin/true", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	boxT(t, Settings{Net: NetNone})
+	for _, d := range dead.dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the dead box's cgroup %s: %v", d, err)
+		}
+	}
+	for _, d := range live.cg.dirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("the live box's cgroup %s: %v", d, err)
+		}
+	}
+}

@@ -84,6 +84,7 @@ func New(cfg Config) (*Sandbox, error) {
 	s.cgroups = findCgroupParent()
 	s.seccomp = seccompFilter()
 	removeStaleBoxes(os.TempDir())
+	s.cgroups.removeStale(os.TempDir())
 	return s, nil
 }
 
