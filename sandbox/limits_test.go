@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,7 +69,7 @@ func TestBoxIdentity(t *testing.T) {
 	t.Parallel()
 	s := boxT(t, Settings{Net: NetNone})
 	ws := t.TempDir()
-	out, err := runIn(t, s, ws, `id -u; grep CapEff /proc/self/status; echo x > ro; chmod 0400 ro
+	out, err := runIn(t, s, ws, `id -u; id -un >/dev/null || echo NO-NAME; grep CapEff /proc/self/status; echo x > ro; chmod 0400 ro
 if echo y >> ro; then echo WROTE-RO; fi; echo made > made; cat made`, nil)
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -83,6 +84,9 @@ if echo y >> ro; then echo WROTE-RO; fi; echo made > made; cat made`, nil)
 	if strings.Contains(out, "WROTE-RO") || !strings.Contains(out, "Permission denied") {
 		t.Errorf("a 0400 file was writable in the box: %s", out)
 	}
+	if strings.Contains(out, "NO-NAME") {
+		t.Errorf("the box's user has no name: %s", out)
+	}
 	if !strings.HasSuffix(strings.TrimSpace(out), "made") {
 		t.Errorf("the workspace is not writable: %s", out)
 	}
@@ -92,6 +96,27 @@ if echo y >> ro; then echo WROTE-RO; fi; echo made > made; cat made`, nil)
 	}
 	if int(st.Uid) != os.Getuid() || int(st.Gid) != os.Getgid() {
 		t.Errorf("the box's file is owned by %d:%d outside, want the worker's %d:%d", st.Uid, st.Gid, os.Getuid(), os.Getgid())
+	}
+}
+
+// A root worker's box user gets a name where the machine has no user of its uid, and
+// keeps the machine's where it has.
+func TestUserEntries(t *testing.T) {
+	t.Parallel()
+	etc, dir := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(etc, "passwd"), []byte("root:x:0:0:root:/root:/bin/sh"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(etc, "group"), []byte("root:x:0:\nstaff:x:1000:\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := userEntries(dir, etc)
+	if want := []string{"--ro-bind", filepath.Join(dir, "passwd"), "/etc/passwd"}; !slices.Equal(a, want) {
+		t.Fatalf("userEntries = %q, want %q", a, want)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "passwd"))
+	if err != nil || string(b) != "root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000::/home/agent:/bin/sh\n" {
+		t.Errorf("passwd in the box: %q %v", b, err)
 	}
 }
 

@@ -34,8 +34,9 @@ type Config struct {
 	Settings
 	// Bwrap is the bubblewrap executable; "" finds bwrap on PATH.
 	Bwrap string
-	// Init is the executable run as the box's init (it must call HandleInit first thing
-	// in main); "" is this process's own executable.
+	// Init is the executable run as the box's init, and outside it as the shim that
+	// starts bubblewrap within the box's limits (it must call HandleInit first thing in
+	// main); "" is this process's own executable.
 	Init string
 }
 
@@ -231,6 +232,9 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	}
 
 	a := append(s.baseArgs(), seccompArgs(c.ExtraFiles)...)
+	if os.Getuid() == 0 {
+		a = append(a, userEntries(tmp, "/etc")...)
+	}
 	a = append(a, "--bind", boxTmpDir, "/tmp")
 	var ro []string
 	if exeBind != "" {
@@ -301,6 +305,40 @@ func seccompArgs(files []*os.File) []string {
 // boxUID and boxGID are the box's identity when the worker is root: an ordinary user's,
 // without capabilities. Files it writes are the worker's outside.
 const boxUID, boxGID = 1000, 1000
+
+// userEntries gives the box's user (boxUID, a root worker's box) a name where etc's
+// passwd or group has no entry for it (whoami, Go's os/user and others fail without
+// one): a copy with the entry added, made in dir and bound over the box's /etc file.
+func userEntries(dir, etc string) []string {
+	var a []string
+	for _, f := range []struct{ name, id, entry string }{
+		{"passwd", strconv.Itoa(boxUID), fmt.Sprintf("agent:x:%d:%d::%s:/bin/sh\n", boxUID, boxGID, boxHome)},
+		{"group", strconv.Itoa(boxGID), fmt.Sprintf("agent:x:%d:\n", boxGID)},
+	} {
+		b, err := os.ReadFile(filepath.Join(etc, f.name))
+		if err != nil || hasID(b, f.id) {
+			continue
+		}
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			b = append(b, '\n')
+		}
+		p := filepath.Join(dir, f.name)
+		if os.WriteFile(p, append(b, f.entry...), 0o644) == nil {
+			a = append(a, "--ro-bind", p, "/etc/"+f.name)
+		}
+	}
+	return a
+}
+
+// hasID reports whether a passwd or group file has an entry with id in its third field.
+func hasID(b []byte, id string) bool {
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Split(l, ":"); len(f) > 2 && f[2] == id {
+			return true
+		}
+	}
+	return false
+}
 
 // baseArgs are the namespaces, the identity and the file system every box has, up to the
 // agent's own binds.
