@@ -25,11 +25,11 @@ import (
 // can fork.
 const limitsArg = "__whilly_sandbox_limits"
 
-// How often a running box's counters are read, and every how many reads its disk is
-// summed.
-var (
+// How often a running box's counters are read, and how often at most its disk is summed:
+// a walk that takes long (a huge checkout) waits ten times its own length.
+const (
 	watchEvery = 500 * time.Millisecond
-	diskEvery  = 4
+	diskEvery  = 2 * time.Second
 )
 
 // runLimits is the shim.
@@ -105,13 +105,20 @@ func (c *Cmd) watch(p *os.Process) {
 	defer close(c.watchDone)
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
-	for n := 1; ; n++ {
+	nextDisk := time.Now().Add(diskEvery)
+	for {
 		select {
 		case <-c.watchStop:
 			return
 		case <-t.C:
 		}
-		if why := c.over(n%diskEvery == 0); why != "" {
+		start := time.Now()
+		withDisk := !start.Before(nextDisk)
+		why := c.over(withDisk)
+		if withDisk {
+			nextDisk = time.Now().Add(max(diskEvery, 10*time.Since(start)))
+		}
+		if why != "" {
 			c.mu.Lock()
 			c.exceeded = why
 			c.mu.Unlock()
@@ -158,28 +165,37 @@ func (c *Cmd) over(withDisk bool) string {
 		return "memory limit " + sizeString(c.limits.Memory)
 	case pids:
 		return fmt.Sprintf("process limit %d", c.limits.Pids)
-	case withDisk && diskUsage(c.Dir, c.tmp) > c.limits.Disk:
+	case withDisk && c.diskUsed() > c.limits.Disk:
 		return "disk limit " + sizeString(c.limits.Disk)
 	}
 	return ""
 }
 
-// diskUsage sums the blocks the files under dirs take (sparse files count what they
-// hold; links are not followed).
+// diskUsed is what the box holds on disk: its checkout and its own directory (HOME,
+// /tmp) whole, and what its read-write binds (caches) grew by since it was prepared.
+func (c *Cmd) diskUsed() int64 {
+	return diskUsage(c.Dir, c.tmp) + max(0, diskUsage(c.rwBinds...)-c.rwBase)
+}
+
+// diskUsage sums the blocks the entries under dirs take (sparse files count what they
+// hold; links are not followed), each at least a block's worth: empty files cost inodes.
 func diskUsage(dirs ...string) int64 {
+	const block = 4 << 10
 	var n int64
 	for _, d := range dirs {
 		_ = filepath.WalkDir(d, func(_ string, e fs.DirEntry, err error) error {
 			if err != nil {
 				return nil //nolint:nilerr // what cannot be read is not counted
 			}
+			size := int64(block)
 			if fi, err := e.Info(); err == nil {
 				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-					n += int64(st.Blocks) * 512
+					size = max(size, int64(st.Blocks)*512)
 				} else {
-					n += fi.Size()
+					size = max(size, fi.Size())
 				}
 			}
+			n += size
 			return nil
 		})
 	}
@@ -203,6 +219,8 @@ func sizeString(n int64) string {
 type limitsState struct {
 	limits               Settings // Memory, Pids, Disk
 	cg                   *cgroup  // nil without one
+	rwBinds              []string // the read-write binds' sources
+	rwBase               int64    // their disk usage when the box was prepared
 	watchStop, watchDone chan struct{}
 	mu                   sync.Mutex
 	exceeded             string

@@ -281,3 +281,29 @@ func TestStaleCgroupsAreRemoved(t *testing.T) {
 		}
 	}
 }
+
+// A read-write bind (a plan's cache) counts against the disk limit by what the box adds
+// to it: what it held before is not the box's doing, a filler is.
+func TestBoxDiskCountsWhatBindsGrew(t *testing.T) {
+	t.Parallel()
+	s := boxT(t, Settings{Net: NetNone, Disk: 8 << 20})
+	cache := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cache, "old"), make([]byte, 12<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ script, want string }{
+		{`dd if=/dev/zero of=/cache/small bs=1M count=2 2>&1`, ""},
+		{`dd if=/dev/zero of=/cache/fill bs=1M count=16 2>&1`, "disk limit 8 MiB"},
+	} {
+		box, err := s.Prepare(ctxT(t), Spec{Path: "/bin/sh", Args: []string{"-c", c.script}, Dir: t.TempDir(),
+			Binds: []Bind{{Src: cache, Dst: "/cache"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := runCmd(t, box)
+		if got := box.Exceeded(); got != c.want {
+			t.Errorf("%s: Exceeded() = %q, want %q; %v: %s", c.script, got, c.want, err, out)
+		}
+		box.Close()
+	}
+}

@@ -247,7 +247,11 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	a = append(a, "--bind", boxHomeDir, boxHome, "--bind", dir, dir)
 	for _, b := range spec.Binds {
 		a = append(a, b.args()...)
+		if !b.ReadOnly {
+			c.rwBinds = append(c.rwBinds, b.Src)
+		}
 	}
+	c.rwBase = diskUsage(c.rwBinds...)
 	a = append(a, "--chdir", dir)
 	initArgs := []string{boxInit, initArg}
 	if s.net == NetProxy {
