@@ -55,6 +55,7 @@ func probeSyscalls() int {
 	res("mount", unix.Mount("none", "/tmp", "tmpfs", 0, ""))
 	res("unshare", unix.Unshare(unix.CLONE_NEWUSER))
 	raw("clone3", unix.SYS_CLONE3)
+	raw("io_uring_setup", unix.SYS_IO_URING_SETUP)
 	cmd := exec.Command("/bin/true")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}
 	res("clone_newuser", cmd.Run())
@@ -166,7 +167,7 @@ func TestSeccompRefuses(t *testing.T) {
 		}
 	}
 	want := map[string]string{"keyctl": "EPERM", "add_key": "EPERM", "bpf": "EPERM", "perf_event_open": "EPERM",
-		"userfaultfd": "EPERM", "fsopen": "EPERM", "mount": "EPERM", "unshare": "EPERM", "clone3": "ENOSYS",
+		"userfaultfd": "EPERM", "fsopen": "EPERM", "mount": "EPERM", "unshare": "EPERM", "clone3": "ENOSYS", "io_uring_setup": "ENOSYS",
 		"clone_newuser": "EPERM", "clone_plain": "ok"}
 	for k, v := range want {
 		if got[k] != v {
@@ -175,7 +176,8 @@ func TestSeccompRefuses(t *testing.T) {
 	}
 }
 
-// Ordinary work is unaffected by the identity and the filter: a shell, git, go build.
+// Ordinary work is unaffected by the identity and the filter: a shell, git, go build,
+// node.
 func TestBoxOrdinaryWork(t *testing.T) {
 	t.Parallel()
 	gobin, err := exec.LookPath("go")
@@ -192,7 +194,8 @@ func TestBoxOrdinaryWork(t *testing.T) {
 git init -q . && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m one && git log --oneline | wc -l
 printf 'module m\ngo 1.21\n' > go.mod
 printf 'package main\nimport "fmt"\nfunc main() { fmt.Println("built-and-ran") }\n' > main.go
-go build -o prog . && ./prog`},
+go build -o prog . && ./prog
+if command -v node >/dev/null; then node -e 'const fs = require("fs"); fs.writeFileSync("/tmp/n", "node-ran"); console.log(fs.readFileSync("/tmp/n", "utf8"))'; else echo node-ran; fi`},
 		// The worker's build cache, as the box's caches will be: the standard library is
 		// built already.
 		Environ: []string{"PATH=" + filepath.Dir(gobin) + ":/usr/bin:/bin"},
@@ -203,7 +206,7 @@ go build -o prog . && ./prog`},
 	}
 	defer c.Close()
 	out, err := runCmd(t, c)
-	if err != nil || !strings.Contains(out, "built-and-ran") {
+	if err != nil || !strings.Contains(out, "built-and-ran") || !strings.Contains(out, "node-ran") {
 		t.Fatalf("%v: %s", err, out)
 	}
 }

@@ -20,6 +20,12 @@ var refused = []uintptr{
 	unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE,
 }
 
+// missing are the system calls the filter answers with ENOSYS, as a kernel without them
+// would, so that their callers fall back: clone3, whose flags (in memory) a filter cannot
+// read, to clone, whose flags it checks; io_uring, a frequent path of kernel exploits, to
+// ordinary reads and writes (libuv, Node's, does).
+var missing = []uintptr{unix.SYS_CLONE3, unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER}
+
 // cloneNamespaces are clone's flags that make new namespaces: refused like unshare.
 const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
@@ -30,8 +36,7 @@ var auditArch = map[string]uint32{"amd64": unix.AUDIT_ARCH_X86_64, "arm64": unix
 // seccompFilter is the box's filter as bubblewrap's --seccomp reads it (a classic BPF
 // program over struct seccomp_data, in the machine's byte order); nil on an architecture
 // it does not know. System calls of another architecture (i386 and x32 on x86_64) are
-// refused whole. clone3 answers ENOSYS, whose flags a filter cannot read: the C
-// libraries then fall back to clone, whose flags it checks.
+// refused whole.
 func seccompFilter() []byte {
 	if auditArch == 0 {
 		return nil
@@ -65,7 +70,9 @@ func seccompFilter() []byte {
 	for _, nr := range refused {
 		refuse(nr, eperm)
 	}
-	refuse(unix.SYS_CLONE3, enosys)
+	for _, nr := range missing {
+		refuse(nr, enosys)
+	}
 	p = append(p,
 		unix.SockFilter{Code: jeq, Jf: 3, K: unix.SYS_CLONE},
 		unix.SockFilter{Code: ld, K: offArg0},
