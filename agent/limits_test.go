@@ -44,7 +44,7 @@ func TestSandboxLimitsEndTheAttempt(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); beside = run(`sleep 2`) }()
 	for _, c := range []struct{ name, script, want string }{
-		{"hog", `a=x; i=0; while [ $i -lt 27 ]; do a=$a$a; i=$((i+1)); done`, "memory limit 64 MiB"},
+		{"hog", `head -c 134217728 /dev/zero | tail | wc -c; sleep 20`, "memory limit 64 MiB"},
 		{"bomb", `i=0; while [ $i -lt 200 ]; do sleep 20 & i=$((i+1)); done; wait`, "process limit 64"},
 		{"disk", `dd if=/dev/zero of=/tmp/fill bs=1M count=16; sleep 20`, "disk limit 8 MiB"},
 	} {
