@@ -37,8 +37,12 @@ func TestSettingsFromEnv(t *testing.T) {
 	t.Parallel()
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	s, err := SettingsFromEnv(env(map[string]string{}))
-	if err != nil || s.Mode != "" || s.Net != NetProxy {
+	if err != nil || s.Mode != "" || s.Net != NetProxy || s.Memory != 4<<30 || s.Pids != 1024 || s.Disk != 10<<30 {
 		t.Fatalf("defaults: %+v %v", s, err)
+	}
+	s, err = SettingsFromEnv(env(map[string]string{"WHILLY_SANDBOX_MEMORY": "512M", "WHILLY_SANDBOX_PIDS": "64", "WHILLY_SANDBOX_DISK": "2GiB"}))
+	if err != nil || s.Memory != 512<<20 || s.Pids != 64 || s.Disk != 2<<30 {
+		t.Fatalf("limits: %+v %v", s, err)
 	}
 	s, err = SettingsFromEnv(env(map[string]string{"WHILLY_SANDBOX": "None", "WHILLY_SANDBOX_NET": "host",
 		"WHILLY_SANDBOX_ALLOW_HOSTS": " proxy.golang.org, *.npmjs.org ,example.com:8443", "WHILLY_AGENT_ENV": "GOFLAGS, NPM_CONFIG_REGISTRY"}))
@@ -53,6 +57,8 @@ func TestSettingsFromEnv(t *testing.T) {
 		{"WHILLY_AGENT_ENV": "WHILLY_WORKER_TOKEN"},
 		{"WHILLY_AGENT_ENV": "WHILLY_DATABASE_URL"},
 		{"WHILLY_AGENT_ENV": "A=B"},
+		{"WHILLY_SANDBOX_MEMORY": "lots"},
+		{"WHILLY_SANDBOX_PIDS": "3"},
 	} {
 		if _, err := SettingsFromEnv(env(bad)); err == nil {
 			t.Errorf("%v accepted", bad)
