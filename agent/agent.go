@@ -45,6 +45,7 @@ const (
 	ReasonMaxTurns           = "max_turns"            // the agent hit its turn limit
 	ReasonVerifyFailed       = "verify_failed"        // a required verification command failed
 	ReasonPromptInjection    = "prompt_injection_blocked"
+	ReasonResourceLimit      = "resource_limit" // the box went over its memory, process or disk limit
 )
 
 // ErrNotFound means the agent's executable does not exist or is not executable. Run

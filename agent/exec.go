@@ -76,11 +76,18 @@ func (r runner) run(ctx context.Context, req Request, bin string, args []string,
 		timeout: timeout,
 		grace:   r.cfg.KillGrace,
 		maxOut:  r.cfg.MaxOutputBytes,
+
+		extraFiles: box.ExtraFiles,
+		started:    box.Started,
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s agent: %w", r.name, err)
 	}
 	res := classify(pr, timeout, parse)
+	if limit := box.Exceeded(); limit != "" && !pr.cancelled {
+		// Whatever the agent printed as it was killed, the limit ended it.
+		res.Reason, res.Detail = ReasonResourceLimit, "the box went over its "+limit
+	}
 	res.Sandbox = box.Mode
 	log.DebugContext(ctx, "agent finished", "agent", r.name, "exit_code", res.ExitCode,
 		"reason", res.Reason, "cost_usd", res.Cost.String(), "duration", res.Duration)

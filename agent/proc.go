@@ -29,6 +29,10 @@ type procSpec struct {
 	grace   time.Duration
 	maxOut  int  // stdout tail kept
 	merge   bool // stderr shares the stdout pipe, as 2>&1 (verification output)
+	// extraFiles are the process's files from descriptor 3 on (the box's seccomp filter).
+	extraFiles []*os.File
+	// started, when set, is told the process once it has started (the box's limits watch it).
+	started func(*os.Process)
 }
 
 // procResult is how the process ended. It has no error: a process that started always
@@ -91,7 +95,8 @@ func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 	env := append(slices.Clip(s.env), tag)
 	var cmd *exec.Cmd
 	for try := 1; ; try++ {
-		cmd = &exec.Cmd{Path: s.path, Args: append([]string{s.path}, s.args...), Dir: s.dir, Env: env, Stdout: outW, Stderr: errW}
+		cmd = &exec.Cmd{Path: s.path, Args: append([]string{s.path}, s.args...), Dir: s.dir, Env: env, Stdout: outW, Stderr: errW,
+			ExtraFiles: s.extraFiles}
 		if inR != nil {
 			cmd.Stdin = inR
 		}
@@ -113,6 +118,9 @@ func runProcess(ctx context.Context, s procSpec) (procResult, error) {
 	}
 	// The child has its copies; ours must go, or the readers never see EOF.
 	closeAll(outW, errW, inR)
+	if s.started != nil {
+		s.started(cmd.Process)
+	}
 	// If the worker dies now, the watchdog kills the whole group; once the group is
 	// gone (below) it is stopped.
 	stopWatchdog := startWatchdog(cmd.Process.Pid, tag)

@@ -20,7 +20,7 @@ type VerifyResult struct {
 	TimedOut  bool          `json:"timed_out,omitempty"`
 	Cancelled bool          `json:"cancelled,omitempty"`
 	Skipped   bool          `json:"skipped,omitempty"` // not run: ctx was done before its turn
-	Error     string        `json:"error,omitempty"`   // could not start
+	Error     string        `json:"error,omitempty"`   // could not start, or the limit its box went over
 	Output    string        `json:"output,omitempty"`  // tail of stdout and stderr, redacted, ≤ MaxExcerptBytes
 	Duration  time.Duration `json:"duration"`
 }
@@ -69,6 +69,9 @@ func runVerifyOne(ctx context.Context, sb *sandbox.Sandbox, sh, dir string, bind
 		grace:   DefaultKillGrace,
 		maxOut:  MaxExcerptBytes * 4,
 		merge:   true,
+
+		extraFiles: box.ExtraFiles,
+		started:    box.Started,
 	})
 	if err != nil {
 		vr.Error = err.Error()
@@ -77,6 +80,9 @@ func runVerifyOne(ctx context.Context, sb *sandbox.Sandbox, sh, dir string, bind
 	vr.ExitCode = pr.exitCode
 	vr.TimedOut, vr.Cancelled = pr.timedOut, pr.cancelled
 	vr.Passed = pr.exitCode == 0 && !pr.timedOut && !pr.cancelled
+	if limit := box.Exceeded(); limit != "" {
+		vr.Passed, vr.Error = false, "the box went over its "+limit
+	}
 	vr.Output = redactTail(pr.stdout, MaxExcerptBytes)
 	vr.Duration = pr.duration
 }

@@ -225,7 +225,12 @@ func (a *app) doctorSandbox(ctx context.Context, rep *doctorReport) {
 		rep.add("sandbox", checkFail, "%v", err)
 		return
 	}
-	rep.add("sandbox", checkOK, "bubblewrap makes boxes here")
+	msg := "bubblewrap makes boxes here"
+	if sb, err := sandbox.New(sandbox.Config{Settings: set}); err == nil {
+		// Whether the limits are a cgroup's or only a best effort.
+		msg += "; " + sb.LimitsNote()
+	}
+	rep.add("sandbox", checkOK, "%s", msg)
 }
 
 // doctorSandboxPath names the entries of the worker's PATH that an agent's box does not

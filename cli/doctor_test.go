@@ -89,6 +89,9 @@ func TestDoctorOnAHealthySetup(t *testing.T) {
 		!strings.Contains(text, "version 2.0.14 (Claude Code)") || !strings.Contains(text, "App whilly (id 4242): GitHub accepts its JWT") {
 		t.Errorf("text output:\n%s", text)
 	}
+	if !strings.Contains(text, "disk 10 GiB") && !strings.Contains(text, "disk is limited to 10 GiB") {
+		t.Errorf("the sandbox line does not say how the box's limits are enforced:\n%s", text)
+	}
 	if strings.Contains(text, "sk-ant-test") || strings.Contains(text, "PRIVATE KEY") {
 		t.Error("a secret reached the output")
 	}

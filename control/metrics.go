@@ -196,7 +196,7 @@ func reasonClasses() []string {
 // Reason constants of package agent), plus a few historical ones; anything else is
 // "other", so the label's cardinality stays bounded.
 var failureClasses = []string{"timeout", "cancelled", "exit_code", "no_completion_marker", "agent_error",
-	"malformed_output", "budget_exceeded", "max_turns", "verify_failed", "prompt_injection_blocked",
+	"malformed_output", "budget_exceeded", "max_turns", "verify_failed", "prompt_injection_blocked", "resource_limit",
 	"agent_not_found", "lease_lost", "lease_expired", "diff_rejected", "workspace", "internal"}
 
 // gauges is a scrape's worth of store-derived metrics, computed with the request's context.

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -44,11 +45,24 @@ type Settings struct {
 	// AgentHome is the operator's directory the box's HOME is seeded from, read only;
 	// "" is the agents' configuration in the worker's HOME.
 	AgentHome string
+	// Memory (bytes), Pids and Disk (bytes) bound one box; 0 is the default
+	// (DefaultMemory, DefaultPids, DefaultDisk).
+	Memory int64
+	Pids   int
+	Disk   int64
 }
 
+// The default limits of one box.
+const (
+	DefaultMemory = 4 << 30
+	DefaultPids   = 1024
+	DefaultDisk   = 10 << 30
+)
+
 // SettingsFromEnv reads WHILLY_SANDBOX, WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS,
-// WHILLY_AGENT_ENV, WHILLY_SANDBOX_TOOLS and WHILLY_AGENT_HOME through getenv (usually
-// os.Getenv), and checks them (the tools against the worker's HOME).
+// WHILLY_AGENT_ENV, WHILLY_SANDBOX_TOOLS, WHILLY_AGENT_HOME and the limits
+// WHILLY_SANDBOX_MEMORY, WHILLY_SANDBOX_PIDS and WHILLY_SANDBOX_DISK through getenv
+// (usually os.Getenv), and checks them (the tools against the worker's HOME).
 func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 	env := config.New(getenv)
 	s := Settings{
@@ -58,6 +72,16 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		AgentEnv:   env.List(config.AgentEnv),
 		Tools:      env.List(config.SandboxTools),
 		AgentHome:  env.Raw(config.AgentHome),
+	}
+	var err error
+	if s.Memory, err = env.Size(config.SandboxMemory); err != nil {
+		return s, err
+	}
+	if s.Pids, err = env.Int(config.SandboxPids); err != nil {
+		return s, err
+	}
+	if s.Disk, err = env.Size(config.SandboxDisk); err != nil {
+		return s, err
 	}
 	if err := s.validate(); err != nil {
 		return s, err
@@ -78,6 +102,12 @@ func (s *Settings) validate() error {
 	default:
 		return fmt.Errorf("WHILLY_SANDBOX_NET is %q: it must be proxy, none or host", s.Net)
 	}
+	if s.Memory < 0 || s.Pids < 0 || s.Disk < 0 {
+		return errors.New("the sandbox's limits must not be negative")
+	}
+	s.Memory = cmp.Or(s.Memory, DefaultMemory)
+	s.Pids = cmp.Or(s.Pids, DefaultPids)
+	s.Disk = cmp.Or(s.Disk, DefaultDisk)
 	for _, h := range s.AllowHosts {
 		if _, err := parseHostRule(h); err != nil {
 			return fmt.Errorf("WHILLY_SANDBOX_ALLOW_HOSTS: %w", err)

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,10 +38,7 @@ func runSpec(t *testing.T, s *Sandbox, spec Spec) (string, error) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
-	cmd.Env = c.Env
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return runCmd(t, c)
 }
 
 // An agent that puts its own login (its attacker's model account) in the box's

@@ -14,6 +14,12 @@
 // port by the box's own init (init.go, the worker's executable run again), lets CONNECT
 // through to the allowed hosts only and reports every other host.
 //
+// The box runs as an unprivileged user without capabilities, even for a root worker,
+// under a seccomp filter (seccomp_linux.go); in a cgroup of its own with memory and
+// process limits where the worker may make one (cgroup_linux.go), and with its checkout,
+// HOME and /tmp (on disk) held to a disk limit by a monitor (limits.go). Going over one
+// kills the box, and Cmd.Exceeded names the limit.
+//
 // The package owns no state beyond one attempt's temporary directory, and imports only
 // the standard library and golang.org/x/sys: the slim whilly-worker binary depends on it.
 package sandbox

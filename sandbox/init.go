@@ -28,14 +28,19 @@ const (
 	probeAnswer = "whilly-sandbox-ok"
 )
 
-// HandleInit runs the box's init and exits when this process was started as one; else it
-// returns at once. Every main that runs agents (whilly, whilly-worker, and the TestMain
+// HandleInit runs the box's init, or the shim that starts the box within its limits
+// (limits.go), and exits when this process was started as one; else it returns at once. Every main that runs agents (whilly, whilly-worker, and the TestMain
 // of tests that run boxes) calls it first thing.
 func HandleInit() {
-	if len(os.Args) < 2 || os.Args[1] != initArg {
+	if len(os.Args) < 2 {
 		return
 	}
-	os.Exit(runInit(os.Args[2:]))
+	switch os.Args[1] {
+	case initArg:
+		os.Exit(runInit(os.Args[2:]))
+	case limitsArg:
+		os.Exit(runLimits(os.Args[2:]))
+	}
 }
 
 func runInit(args []string) int {

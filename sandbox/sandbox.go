@@ -34,8 +34,9 @@ type Config struct {
 	Settings
 	// Bwrap is the bubblewrap executable; "" finds bwrap on PATH.
 	Bwrap string
-	// Init is the executable run as the box's init (it must call HandleInit first thing
-	// in main); "" is this process's own executable.
+	// Init is the executable run as the box's init, and outside it as the shim that
+	// starts bubblewrap within the box's limits (it must call HandleInit first thing in
+	// main); "" is this process's own executable.
 	Init string
 }
 
@@ -51,6 +52,9 @@ type Sandbox struct {
 	bwrap, init   string
 	disableUserns bool     // bwrap knows --disable-userns (0.8 and later)
 	etcMasks      []string // entries of /etc that other users may not read
+	limits        Settings // Memory, Pids, Disk
+	cgroups       cgroupParent
+	seccomp       []byte // the filter; nil where there is none
 }
 
 // New returns a Sandbox for cfg. For ModeBwrap it finds bubblewrap and the init, but
@@ -60,7 +64,7 @@ func New(cfg Config) (*Sandbox, error) {
 		return nil, err
 	}
 	s := &Sandbox{mode: cfg.Mode, net: cfg.Net, allow: cfg.AllowHosts, agentEnv: cfg.AgentEnv,
-		tools: cfg.Tools, agentHome: cfg.AgentHome}
+		tools: cfg.Tools, agentHome: cfg.AgentHome, limits: cfg.Settings}
 	if s.mode == "" {
 		s.mode = ModeBwrap
 	}
@@ -81,7 +85,10 @@ func New(cfg Config) (*Sandbox, error) {
 	help, _ := exec.Command(path, "--help").CombinedOutput() //nolint:noctx // a local binary's usage, at once
 	s.disableUserns = bytes.Contains(help, []byte("--disable-userns"))
 	s.etcMasks = unreadable("/etc")
+	s.cgroups = findCgroupParent()
+	s.seccomp = seccompFilter()
 	removeStaleBoxes(os.TempDir())
+	s.cgroups.removeStale(os.TempDir())
 	return s, nil
 }
 
@@ -144,14 +151,18 @@ func (b Bind) args() []string {
 	return []string{"--bind", b.Src, dst}
 }
 
-// Cmd is a prepared run: start Path with Args in Dir with Env, then Close it.
+// Cmd is a prepared run: start Path with Args in Dir with Env and ExtraFiles, tell it
+// Started, and when it has ended ask it what limit it Exceeded, then Close it.
 type Cmd struct {
 	Path string
 	Args []string
 	Dir  string
 	Env  []string
-	Mode string // ModeBwrap or ModeNone
-	Net  string // the box's network policy; "" unboxed
+	// ExtraFiles are the process's files from descriptor 3 on (exec.Cmd.ExtraFiles).
+	ExtraFiles []*os.File
+	Mode       string // ModeBwrap or ModeNone
+	Net        string // the box's network policy; "" unboxed
+	limitsState
 
 	tmp   string
 	proxy *proxy
@@ -207,14 +218,31 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 		return nil, fmt.Errorf("sandbox: mark the box's directory: %w", err)
 	}
 	c := &Cmd{Dir: dir, Mode: ModeBwrap, Net: s.net, tmp: tmp}
-	boxHomeDir := filepath.Join(tmp, "home")
-	if err := os.Mkdir(boxHomeDir, 0o700); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("sandbox: make the box's home: %w", err)
+	c.limits = s.limits
+	boxHomeDir, boxTmpDir := filepath.Join(tmp, "home"), filepath.Join(tmp, "tmp")
+	for _, d := range []string{boxHomeDir, boxTmpDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("sandbox: make the box's %s: %w", filepath.Base(d), err)
+		}
 	}
 	creds := seedHome(files, boxHomeDir, profileOf(spec.Agent))
+	if s.cgroups.ok() {
+		if c.cg, err = s.cgroups.create(filepath.Base(tmp), s.limits.Memory, s.limits.Pids); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	if c.ExtraFiles, err = s.seccompFiles(); err != nil {
+		c.Close()
+		return nil, err
+	}
 
-	a := s.baseArgs()
+	a := append(s.baseArgs(), seccompArgs(c.ExtraFiles)...)
+	if os.Getuid() == 0 {
+		a = append(a, userEntries(tmp, "/etc")...)
+	}
+	a = append(a, "--bind", boxTmpDir, "/tmp")
 	ro := append(exeBinds, pathDirs(getenv("PATH"), home)...)
 	ro = append(ro, s.tools...)
 	for _, p := range sortedByDepth(ro) {
@@ -227,7 +255,11 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	a = append(a, "--bind", dir, dir)
 	for _, b := range spec.Binds {
 		a = append(a, b.args()...)
+		if !b.ReadOnly {
+			c.rwBinds = append(c.rwBinds, b.Src)
+		}
 	}
+	c.rwBase = diskUsage(c.rwBinds...)
 	a = append(a, "--chdir", dir)
 	initArgs := []string{boxInit, initArg}
 	if s.net == NetProxy {
@@ -248,14 +280,87 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	a = append(a, "--")
 	a = append(a, initArgs...)
 	a = append(a, "--", exe)
-	c.Path, c.Args = s.bwrap, append(a, spec.Args...)
+	c.Path = s.init
+	c.Args = append(append(append(c.limitArgs(), "--", s.bwrap), a...), spec.Args...)
 	return c, nil
 }
 
-// baseArgs are the namespaces and the file system every box has, up to the agent's own
-// binds.
+// seccompFiles are the box's filter, readable at descriptor 3 (none where there is no
+// filter).
+func (s *Sandbox) seccompFiles() ([]*os.File, error) {
+	if s.seccomp == nil {
+		return nil, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pass the seccomp filter: %w", err)
+	}
+	_, err = w.Write(s.seccomp) // far less than a pipe holds
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("sandbox: pass the seccomp filter: %w", err)
+	}
+	return []*os.File{r}, nil
+}
+
+// seccompArgs tell bubblewrap where the filter is: the first of the files.
+func seccompArgs(files []*os.File) []string {
+	if len(files) == 0 {
+		return nil
+	}
+	return []string{"--seccomp", "3"}
+}
+
+// boxUID and boxGID are the box's identity when the worker is root: an ordinary user's,
+// without capabilities. Files it writes are the worker's outside.
+const boxUID, boxGID = 1000, 1000
+
+// userEntries gives the box's user (boxUID, a root worker's box) a name where etc's
+// passwd or group has no entry for it (whoami, Go's os/user and others fail without
+// one): a copy with the entry added, made in dir and bound over the box's /etc file.
+func userEntries(dir, etc string) []string {
+	var a []string
+	for _, f := range []struct{ name, id, entry string }{
+		{"passwd", strconv.Itoa(boxUID), fmt.Sprintf("agent:x:%d:%d::%s:/bin/sh\n", boxUID, boxGID, boxHome)},
+		{"group", strconv.Itoa(boxGID), fmt.Sprintf("agent:x:%d:\n", boxGID)},
+	} {
+		b, err := os.ReadFile(filepath.Join(etc, f.name))
+		if err != nil || hasID(b, f.id) {
+			continue
+		}
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			b = append(b, '\n')
+		}
+		p := filepath.Join(dir, f.name)
+		if os.WriteFile(p, append(b, f.entry...), 0o644) == nil {
+			a = append(a, "--ro-bind", p, "/etc/"+f.name)
+		}
+	}
+	return a
+}
+
+// hasID reports whether a passwd or group file has an entry with id in its third field.
+func hasID(b []byte, id string) bool {
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Split(l, ":"); len(f) > 2 && f[2] == id {
+			return true
+		}
+	}
+	return false
+}
+
+// baseArgs are the namespaces, the identity and the file system every box has, up to the
+// agent's own binds.
 func (s *Sandbox) baseArgs() []string {
-	a := []string{"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"}
+	uid, gid := os.Getuid(), os.Getgid()
+	if uid == 0 {
+		uid, gid = boxUID, boxGID
+	}
+	a := []string{"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid), "--cap-drop", "ALL"}
 	if s.net != NetHost {
 		a = append(a, "--unshare-net")
 	}
@@ -285,7 +390,7 @@ func (s *Sandbox) baseArgs() []string {
 	if s.net == NetHost {
 		a = append(a, "--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve")
 	}
-	return append(a, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", s.init, boxInit)
+	return append(a, "--proc", "/proc", "--dev", "/dev", "--ro-bind", s.init, boxInit)
 }
 
 // Close stops the run's proxy and removes the box's directory: nothing the box wrote
@@ -294,6 +399,10 @@ func (c *Cmd) Close() {
 	if c == nil || c.tmp == "" {
 		return
 	}
+	c.stopWatch()
+	c.cg.remove()
+	closeFiles(c.ExtraFiles)
+	c.ExtraFiles = nil
 	if c.proxy != nil {
 		c.proxy.close()
 	}
@@ -321,12 +430,17 @@ func (s *Sandbox) Probe(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	args := append(s.baseArgs(), "--", boxInit, initArg, probeArg)
+	files, err := s.seccompFiles()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	defer closeFiles(files)
+	args := append(append(s.baseArgs(), seccompArgs(files)...), "--", boxInit, initArg, probeArg)
 	cmd := exec.CommandContext(ctx, s.bwrap, args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Env, cmd.ExtraFiles = []string{"PATH=/usr/bin:/bin"}, files
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	err = cmd.Run()
 	if err == nil && strings.TrimSpace(out.String()) == probeAnswer {
 		return nil
 	}
@@ -681,6 +795,12 @@ func readRegular(p string, follow bool) ([]byte, error) {
 		return nil, errors.New("not a regular file of bounded size")
 	}
 	return io.ReadAll(io.LimitReader(f, maxConfigFile))
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
 }
 
 func cmpOr(s, def string) string {

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,8 +17,15 @@ import (
 
 func TestMain(m *testing.M) {
 	HandleInit()
+	if len(os.Args) > 1 && testProbes[os.Args[1]] != nil {
+		os.Exit(testProbes[os.Args[1]]())
+	}
 	os.Exit(m.Run())
 }
+
+// testProbes are what this binary does instead of testing when its first argument names
+// one: run in a box, it probes the box from inside.
+var testProbes = map[string]func() int{}
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -29,8 +37,12 @@ func TestSettingsFromEnv(t *testing.T) {
 	t.Parallel()
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	s, err := SettingsFromEnv(env(map[string]string{}))
-	if err != nil || s.Mode != "" || s.Net != NetProxy {
+	if err != nil || s.Mode != "" || s.Net != NetProxy || s.Memory != 4<<30 || s.Pids != 1024 || s.Disk != 10<<30 {
 		t.Fatalf("defaults: %+v %v", s, err)
+	}
+	s, err = SettingsFromEnv(env(map[string]string{"WHILLY_SANDBOX_MEMORY": "512M", "WHILLY_SANDBOX_PIDS": "64", "WHILLY_SANDBOX_DISK": "2GiB"}))
+	if err != nil || s.Memory != 512<<20 || s.Pids != 64 || s.Disk != 2<<30 {
+		t.Fatalf("limits: %+v %v", s, err)
 	}
 	s, err = SettingsFromEnv(env(map[string]string{"WHILLY_SANDBOX": "None", "WHILLY_SANDBOX_NET": "host",
 		"WHILLY_SANDBOX_ALLOW_HOSTS": " proxy.golang.org, *.npmjs.org ,example.com:8443", "WHILLY_AGENT_ENV": "GOFLAGS, NPM_CONFIG_REGISTRY"}))
@@ -47,6 +59,8 @@ func TestSettingsFromEnv(t *testing.T) {
 		{"WHILLY_AGENT_ENV": "A=B"},
 		{"WHILLY_AGENT_HOME": "relative/agent-home"},
 		{"WHILLY_SANDBOX_TOOLS": "/"},
+		{"WHILLY_SANDBOX_MEMORY": "lots"},
+		{"WHILLY_SANDBOX_PIDS": "3"},
 	} {
 		if _, err := SettingsFromEnv(env(bad)); err == nil {
 			t.Errorf("%v accepted", bad)
@@ -140,10 +154,21 @@ func runIn(t *testing.T, s *Sandbox, dir, script string, environ []string) (stri
 		t.Fatal(err)
 	}
 	defer c.Close()
+	return runCmd(t, c)
+}
+
+// runCmd runs a prepared Cmd as the agent package does, and returns its output.
+func runCmd(t *testing.T, c *Cmd) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
 	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
-	cmd.Dir, cmd.Env = c.Dir, c.Env
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	cmd.Dir, cmd.Env, cmd.ExtraFiles, cmd.Stdout, cmd.Stderr = c.Dir, c.Env, c.ExtraFiles, &out, &out
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	c.Started(cmd.Process)
+	err := cmd.Wait()
+	return out.String(), err
 }
 
 // The box: the workspace is writable, the system is not, /etc/shadow reads as empty,
@@ -222,9 +247,7 @@ func TestBoxHomeSeedAndCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctxT(t), c.Path, c.Args...)
-	cmd.Env = c.Env
-	out, err := cmd.CombinedOutput()
+	out, err := runCmd(t, c)
 	c.Close()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)

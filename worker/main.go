@@ -267,7 +267,10 @@ func OpenSandbox(ctx context.Context, getenv func(string) string, agentName stri
 	case !sb.Boxed():
 		log.WarnContext(ctx, "WHILLY_SANDBOX=none: agents run unboxed, as this user, with this machine's files and network", "agent", agentName)
 	default:
-		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", "agent", agentName, "net", sb.Net())
+		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", "agent", agentName, "net", sb.Net(), "limits", sb.LimitsNote())
+		if !sb.LimitsEnforced() {
+			log.WarnContext(ctx, "sandbox limits are a best effort: "+sb.LimitsNote(), "agent", agentName)
+		}
 		if hidden := sandbox.HiddenPath(getenv("PATH"), getenv("HOME"), set.Tools); len(hidden) > 0 {
 			log.WarnContext(ctx, "agents in the box do not see these PATH entries (relative, or under HOME); add a toolchain among them to WHILLY_SANDBOX_TOOLS",
 				"path", hidden)

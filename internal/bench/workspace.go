@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -322,13 +323,17 @@ func runTrue(ctx context.Context, sb *sandbox.Sandbox, bin, dir string) (runTime
 	}
 	t.prepare = time.Since(start)
 	cmd := exec.CommandContext(ctx, c.Path, c.Args...) //nolint:gosec // G204: the sandbox's own command line for true
-	cmd.Dir, cmd.Env = c.Dir, c.Env
-	out, err := cmd.CombinedOutput()
+	var out bytes.Buffer
+	cmd.Dir, cmd.Env, cmd.ExtraFiles, cmd.Stdout, cmd.Stderr = c.Dir, c.Env, c.ExtraFiles, &out, &out
+	if err = cmd.Start(); err == nil {
+		c.Started(cmd.Process)
+		err = cmd.Wait()
+	}
 	t.run = time.Since(start) - t.prepare
 	c.Close()
 	t.close = time.Since(start) - t.prepare - t.run
 	if err != nil {
-		return t, fmt.Errorf("run %s (%s): %w: %s", bin, sb.Mode(), err, strings.TrimSpace(string(out)))
+		return t, fmt.Errorf("run %s (%s): %w: %s", bin, sb.Mode(), err, strings.TrimSpace(out.String()))
 	}
 	return t, nil
 }
