@@ -86,11 +86,10 @@ func TestRealCodexStartsInTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cmd := exec.CommandContext(testCtx(t), c.Path, c.Args...)
-	cmd.Env = c.Env
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.HasPrefix(string(out), "codex-cli 0.171") {
-		t.Errorf("codex --version in the box: %v\n%s", err, out)
+	pr, err := runProcess(testCtx(t), procSpec{path: c.Path, args: c.Args, dir: c.Dir, env: c.Env, timeout: time.Minute, grace: DefaultKillGrace,
+		maxOut: 1 << 16, merge: true, extraFiles: c.ExtraFiles, started: c.Started})
+	if err != nil || pr.exitCode != 0 || !strings.HasPrefix(string(pr.stdout), "codex-cli 0.171") {
+		t.Errorf("codex --version in the box: %v exit %d\n%s", err, pr.exitCode, pr.stdout)
 	}
 }
 
