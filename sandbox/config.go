@@ -37,10 +37,18 @@ type Settings struct {
 	AllowHosts []string
 	// AgentEnv names more variables of the worker's environment that reach the agent.
 	AgentEnv []string
+	// Registries is RegistriesAuto ("" too): the proxy also lets the agent reach the
+	// package registries of Registry.Hosts; or RegistriesOff.
+	Registries string
+	// Registry is what the worker's own configuration says of package registries
+	// (DeriveRegistries); its Env reaches the box whatever Registries says.
+	Registry Registries
 }
 
-// SettingsFromEnv reads WHILLY_SANDBOX, WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS and
-// WHILLY_AGENT_ENV through getenv (usually os.Getenv), and checks them.
+// SettingsFromEnv reads WHILLY_SANDBOX, WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS,
+// WHILLY_AGENT_ENV and WHILLY_SANDBOX_REGISTRIES through getenv (usually os.Getenv), and
+// checks them; it derives the package registries the worker is configured for, and
+// checks the worker's own proxy settings, which the box's proxy chains through.
 func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 	env := config.New(getenv)
 	s := Settings{
@@ -48,8 +56,18 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		Net:        strings.ToLower(env.Raw(config.SandboxNet)),
 		AllowHosts: env.List(config.SandboxAllowHosts),
 		AgentEnv:   env.List(config.AgentEnv),
+		Registries: strings.ToLower(env.Raw(config.SandboxRegistries)),
+		Registry:   DeriveRegistries(getenv),
 	}
-	return s, s.validate()
+	if err := s.validate(); err != nil {
+		return s, err
+	}
+	if s.Net == NetProxy {
+		if _, err := upstreamFromEnv(getenv); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
 }
 
 func (s *Settings) validate() error {
@@ -64,6 +82,13 @@ func (s *Settings) validate() error {
 	case NetProxy, NetNone, NetHost:
 	default:
 		return fmt.Errorf("WHILLY_SANDBOX_NET is %q: it must be proxy, none or host", s.Net)
+	}
+	switch s.Registries {
+	case "":
+		s.Registries = RegistriesAuto
+	case RegistriesAuto, RegistriesOff:
+	default:
+		return fmt.Errorf("WHILLY_SANDBOX_REGISTRIES is %q: it must be auto or off", s.Registries)
 	}
 	for _, h := range s.AllowHosts {
 		if _, err := parseHostRule(h); err != nil {
@@ -139,6 +164,21 @@ func parseHostRule(s string) (hostRule, error) {
 	}
 	r.host = host
 	return r, nil
+}
+
+// String is the rule as WHILLY_SANDBOX_ALLOW_HOSTS writes it.
+func (r hostRule) String() string {
+	h := r.host
+	if strings.Contains(h, ":") {
+		h = "[" + h + "]"
+	}
+	if r.wildcard {
+		h = "*." + h
+	}
+	if r.port != 0 {
+		h += ":" + strconv.Itoa(r.port)
+	}
+	return h
 }
 
 func (r hostRule) allows(host string, port int) bool {
