@@ -275,9 +275,10 @@ func (d *derivation) cargo() {
 		return
 	}
 	for _, name := range []string{"config.toml", "config"} {
-		for k, v := range readTOMLStrings(filepath.Join(home, name)) {
+		vals := readTOMLStrings(filepath.Join(home, name))
+		for _, k := range slices.Sorted(maps.Keys(vals)) {
 			if cargoKey.MatchString(k) {
-				d.addURL(v)
+				d.addURL(vals[k])
 			}
 		}
 	}
@@ -425,8 +426,9 @@ func readINI(p string, getenv func(string) string, section string) map[string]st
 	return out
 }
 
-// readTOMLStrings reads the string values of a TOML file by dotted key (table headers
-// and dotted keys joined): enough for cargo's registry settings, not a TOML parser.
+// readTOMLStrings reads the string values of a TOML file by dotted key (table headers,
+// dotted keys and one-line inline tables joined): enough for cargo's registry settings,
+// not a TOML parser.
 func readTOMLStrings(p string) map[string]string {
 	out := map[string]string{}
 	b, err := readRegular(p, true)
@@ -444,24 +446,42 @@ func readTOMLStrings(p string) map[string]string {
 		if !ok {
 			continue
 		}
-		v = strings.TrimSpace(v)
-		if i := strings.Index(v, " #"); i >= 0 {
-			v = strings.TrimSpace(v[:i])
-		}
-		s, err := strconv.Unquote(v)
-		if err != nil && len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
-			s, err = v[1:len(v)-1], nil
-		}
-		if err != nil {
-			continue
-		}
 		key := tomlKey(k)
 		if table != "" {
 			key = table + "." + key
 		}
-		out[key] = s
+		v = strings.TrimSpace(v)
+		if inner, ok := strings.CutPrefix(v, "{"); ok {
+			inner, _, _ = strings.Cut(inner, "}")
+			for kv := range strings.SplitSeq(inner, ",") {
+				if ik, iv, ok := strings.Cut(kv, "="); ok {
+					if s, ok := tomlString(iv); ok {
+						out[key+"."+tomlKey(ik)] = s
+					}
+				}
+			}
+			continue
+		}
+		if s, ok := tomlString(v); ok {
+			out[key] = s
+		}
 	}
 	return out
+}
+
+// tomlString reads a basic or literal TOML string, with a comment after it.
+func tomlString(v string) (string, bool) {
+	v = strings.TrimSpace(v)
+	if i := strings.Index(v, " #"); i >= 0 {
+		v = strings.TrimSpace(v[:i])
+	}
+	if s, err := strconv.Unquote(v); err == nil {
+		return s, true
+	}
+	if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+		return v[1 : len(v)-1], true
+	}
+	return "", false
 }
 
 // tomlKey normalises a dotted TOML key: parts trimmed and unquoted.
