@@ -35,8 +35,9 @@ type Registries struct {
 	// Hosts are the registries' hosts (host, or host:port), the ecosystems' defaults first.
 	Hosts []string
 	// Env makes the box's clients use the same registries (GOPROXY, npm_config_registry,
-	// PIP_INDEX_URL …): NAME=value, without credentials. Cargo's and Maven's mirrors are
-	// in their configuration files, which the box does not see.
+	// PIP_INDEX_URL, CARGO_REGISTRIES_<NAME>_INDEX …): NAME=value, without credentials.
+	// Cargo's source replacement and Maven's mirrors live in their configuration files,
+	// which the box does not see.
 	Env []string
 }
 
@@ -277,11 +278,21 @@ func (d *derivation) cargo() {
 	for _, name := range []string{"config.toml", "config"} {
 		vals := readTOMLStrings(filepath.Join(home, name))
 		for _, k := range slices.Sorted(maps.Keys(vals)) {
-			if cargoKey.MatchString(k) {
-				d.addURL(vals[k])
+			if !cargoKey.MatchString(k) {
+				continue
+			}
+			d.addURL(vals[k])
+			// A named registry can be given to cargo in its environment; a source
+			// replacement cannot.
+			if name, ok := strings.CutPrefix(strings.TrimSuffix(k, ".index"), "registries."); ok && envName(cargoEnvName(name)) {
+				d.setEnv("CARGO_REGISTRIES_"+cargoEnvName(name)+"_INDEX", stripUserinfo(vals[k]))
 			}
 		}
 	}
+}
+
+func cargoEnvName(registry string) string {
+	return strings.ToUpper(strings.ReplaceAll(registry, "-", "_"))
 }
 
 // maven: the URLs of the mirrors, repositories and plugin repositories of the user's

@@ -111,13 +111,15 @@ token = "SECRET"
 [net]
 git-fetch-with-cli = true
 `},
-			hosts: []string{"inline.example", "crates.internal.example", "cargo.corp.example"},
+			hosts:  []string{"inline.example", "crates.internal.example", "cargo.corp.example"},
+			boxEnv: []string{"CARGO_REGISTRIES_ACME_INDEX=https://inline.example/", "CARGO_REGISTRIES_INTERNAL_INDEX=sparse+https://crates.internal.example/"},
 		},
 		{
-			name:  "CARGO_HOME",
-			env:   map[string]string{"CARGO_HOME": "{home}/cargo"},
-			home:  map[string]string{"cargo/config.toml": "registries.x.index = 'https://x.example/git/index'\n"},
-			hosts: []string{"x.example"},
+			name:   "CARGO_HOME",
+			env:    map[string]string{"CARGO_HOME": "{home}/cargo"},
+			home:   map[string]string{"cargo/config.toml": "registries.x.index = 'https://x.example/git/index'\n"},
+			hosts:  []string{"x.example"},
+			boxEnv: []string{"CARGO_REGISTRIES_X_INDEX=https://x.example/git/index"},
 		},
 		{
 			name: "maven mirrors and repositories",

@@ -123,13 +123,16 @@ func (u upstream) bypass(host string, port int) bool {
 func (u upstream) String() string {
 	var parts []string
 	if u.https != nil {
-		parts = append(parts, "https via "+u.https.Redacted())
+		parts = append(parts, "https via "+proxyName(u.https))
 	}
 	if u.http != nil {
-		parts = append(parts, "http via "+u.http.Redacted())
+		parts = append(parts, "http via "+proxyName(u.http))
 	}
 	return strings.Join(parts, ", ")
 }
+
+// proxyName is a proxy's URL without its credentials.
+func proxyName(u *url.URL) string { return u.Scheme + "://" + u.Host }
 
 // upstreamForPlain is the worker's proxy for a plain http:// request (the Transport adds
 // its Proxy-Authorization).
@@ -159,7 +162,7 @@ func connectVia(ctx context.Context, d *net.Dialer, pu *url.URL, target string) 
 	}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("reach the worker's proxy %s: %w", pu.Redacted(), err)
+		return nil, fmt.Errorf("reach the worker's proxy %s: %w", proxyName(pu), err)
 	}
 	fail := func(err error) (net.Conn, error) {
 		_ = c.Close()
@@ -171,7 +174,7 @@ func connectVia(ctx context.Context, d *net.Dialer, pu *url.URL, target string) 
 	if pu.Scheme == "https" {
 		tc := tls.Client(c, &tls.Config{ServerName: pu.Hostname(), MinVersion: tls.VersionTLS12})
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return fail(fmt.Errorf("speak TLS with the worker's proxy %s: %w", pu.Redacted(), err))
+			return fail(fmt.Errorf("speak TLS with the worker's proxy %s: %w", proxyName(pu), err))
 		}
 		c = tc
 	}
@@ -181,19 +184,19 @@ func connectVia(ctx context.Context, d *net.Dialer, pu *url.URL, target string) 
 		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(pu.User.Username()+":"+pass)))
 	}
 	if err := req.Write(c); err != nil {
-		return fail(fmt.Errorf("ask the worker's proxy %s for %s: %w", pu.Redacted(), target, err))
+		return fail(fmt.Errorf("ask the worker's proxy %s for %s: %w", proxyName(pu), target, err))
 	}
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
-		return fail(fmt.Errorf("read the worker's proxy %s's answer for %s: %w", pu.Redacted(), target, err))
+		return fail(fmt.Errorf("read the worker's proxy %s's answer for %s: %w", proxyName(pu), target, err))
 	}
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fail(fmt.Errorf("the worker's proxy %s refused %s: %s", pu.Redacted(), target, resp.Status))
+		return fail(fmt.Errorf("the worker's proxy %s refused %s: %s", proxyName(pu), target, resp.Status))
 	}
 	if br.Buffered() > 0 {
-		return fail(fmt.Errorf("the worker's proxy %s sent bytes before the tunnel's", pu.Redacted()))
+		return fail(fmt.Errorf("the worker's proxy %s sent bytes before the tunnel's", proxyName(pu)))
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, nil
