@@ -38,7 +38,8 @@ type Settings struct {
 	// AgentEnv names more variables of the worker's environment that reach the agent.
 	AgentEnv []string
 	// Registries is RegistriesAuto ("" too): the proxy also lets the agent reach the
-	// package registries of Registry.Hosts; or RegistriesOff.
+	// ecosystems' default package registries and those of Registry.Hosts; or
+	// RegistriesOff.
 	Registries string
 	// Registry is what the worker's own configuration says of package registries
 	// (DeriveRegistries); its Env reaches the box whatever Registries says.

@@ -10,7 +10,11 @@
 // network namespace holds only loopback: an HTTP proxy that the worker runs outside
 // (proxy.go), reached through a unix socket bound into the box and bridged to a loopback
 // port by the box's own init (init.go, the worker's executable run again), lets CONNECT
-// through to the allowed hosts only and reports every other host.
+// tunnels (whose TLS server name must be their host) and plain-HTTP requests (each one
+// checked) through to the allowed hosts only, and reports every other host. The allowed
+// hosts are the model API's, the package registries the worker itself is configured for
+// (registries.go, whose settings the box's clients also get) and the operator's; the
+// proxy reaches them through the worker's own HTTP proxy when it has one (upstream.go).
 //
 // The package owns no state beyond one attempt's temporary directory, and imports only
 // the standard library and golang.org/x/sys: the slim whilly-worker binary depends on it.

@@ -219,3 +219,18 @@ func TestRegistriesSetting(t *testing.T) {
 		t.Errorf("an HTTPS_PROXY the proxy cannot chain through: %v", err)
 	}
 }
+
+// Settings that were not derived from an environment still let the ecosystems' default
+// registries through.
+func TestZeroSettingsAllowTheDefaultRegistries(t *testing.T) {
+	t.Parallel()
+	s, err := New(Config{Settings: Settings{Mode: ModeNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mode, s.net = ModeBwrap, NetProxy
+	got := s.AllowedHosts(AgentNone, func(string) string { return "" })
+	if !slices.Equal(got, defaultRegistries) {
+		t.Errorf("allowed = %q", got)
+	}
+}

@@ -62,7 +62,8 @@ func New(cfg Config) (*Sandbox, error) {
 	s := &Sandbox{mode: cfg.Mode, net: cfg.Net, allow: cfg.AllowHosts, agentEnv: cfg.AgentEnv,
 		registries: cfg.Registries == RegistriesAuto, registryEnv: cfg.Registry.Env}
 	if s.registries {
-		s.allow = append(slices.Clone(cfg.Registry.Hosts), s.allow...)
+		// The ecosystems' defaults also when the settings were not derived (Settings{}).
+		s.allow = slices.Concat(defaultRegistries, cfg.Registry.Hosts, s.allow)
 	}
 	if s.mode == "" {
 		s.mode = ModeBwrap
