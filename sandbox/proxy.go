@@ -294,7 +294,7 @@ func readClientHello(ctx context.Context, r io.Reader) (string, []byte, error) {
 	rec := &helloConn{r: io.LimitReader(r, maxClientHello)}
 	var sni string
 	seen := false
-	err := tls.Server(rec, &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+	err := tls.Server(rec, &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 		sni, seen = h.ServerName, true
 		return nil, errHelloRead
 	}}).HandshakeContext(ctx)

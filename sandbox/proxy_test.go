@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -107,7 +108,7 @@ func startTLSOrigin(t *testing.T) *tlsOrigin {
 	o.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "hello "+r.TLS.ServerName)
 	}))
-	o.TLS = &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+	o.TLS = &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
 		o.mu.Lock()
 		o.snis = append(o.snis, h.ServerName)
 		o.mu.Unlock()
@@ -131,7 +132,7 @@ func getOver(c net.Conn, br *bufio.Reader, sni string) (string, error) {
 	if err := tc.Handshake(); err != nil {
 		return "", err
 	}
-	req, _ := http.NewRequest(http.MethodGet, "https://"+sni+"/", nil)
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "https://"+sni+"/", nil)
 	if err := req.Write(tc); err != nil {
 		return "", err
 	}
@@ -382,7 +383,7 @@ func (u *upstreamProxy) serve(c net.Conn) {
 			_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 			continue
 		}
-		o, err := (&net.Dialer{}).Dial("tcp", u.origin)
+		o, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", u.origin)
 		if err != nil {
 			return
 		}
