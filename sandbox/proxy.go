@@ -334,7 +334,10 @@ func reportedHost(host string) string {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return a.String()
 	}
-	if host == "" || len(host) > maxHostName || strings.Trim(host, "abcdefghijklmnopqrstuvwxyz0123456789.-") != "" {
+	if host == "" {
+		return "(none)" // a ClientHello without a server name
+	}
+	if len(host) > maxHostName || strings.Trim(host, "abcdefghijklmnopqrstuvwxyz0123456789.-") != "" {
 		return fmt.Sprintf("(not a host name: %d bytes)", len(host))
 	}
 	return host

@@ -171,6 +171,18 @@ func TestProxyRefusesSNIOfAnotherHost(t *testing.T) {
 	if d := tp.denial(t); d.Host != "evil.example.com" || d.Port != port || d.Reason != ReasonSNI {
 		t.Errorf("denial = %+v", d)
 	}
+	// A tunnel to a name must name it: without a server name, the front end picks.
+	tp = startTestProxy(t, fmt.Sprintf("localhost:%d", port))
+	c, br, code = tp.connect(t, fmt.Sprintf("localhost:%d", port))
+	if code != http.StatusOK {
+		t.Fatalf("CONNECT to the allowed host: %d", code)
+	}
+	if body, err := getOver(c, br, ""); err == nil {
+		t.Fatalf("a ClientHello without a server name went through a tunnel to localhost: %q", body)
+	}
+	if d := tp.denial(t); d.Host != "(none)" || d.Reason != ReasonSNI {
+		t.Errorf("denial = %+v", d)
+	}
 	if s := o.seen(); len(s) != 0 {
 		t.Errorf("the allowed host got ClientHellos for %q", s)
 	}
