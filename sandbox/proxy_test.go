@@ -128,7 +128,7 @@ func (o *tlsOrigin) seen() []string {
 
 // getOver speaks TLS with sni over c and GETs / through it.
 func getOver(c net.Conn, br *bufio.Reader, sni string) (string, error) {
-	tc := tls.Client(&bufferedConn{Conn: c, r: br}, &tls.Config{ServerName: sni, InsecureSkipVerify: true}) //nolint:gosec // a test server's certificate
+	tc := tls.Client(&bufferedConn{Conn: c, r: br}, &tls.Config{ServerName: sni, InsecureSkipVerify: true})
 	if err := tc.Handshake(); err != nil {
 		return "", err
 	}
@@ -450,6 +450,7 @@ func TestProxyChainsThroughTheWorkersProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || string(b) != "upstream served http://plain.example.test/pkg" {
 		t.Errorf("plain request through the worker's proxy: %d %q", resp.StatusCode, b)
@@ -543,7 +544,7 @@ func TestProxyCloseCutsConnections(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("CONNECT: %d", code)
 	}
-	tc := tls.Client(&bufferedConn{Conn: c, r: br}, &tls.Config{ServerName: "localhost", InsecureSkipVerify: true}) //nolint:gosec // a test server's certificate
+	tc := tls.Client(&bufferedConn{Conn: c, r: br}, &tls.Config{ServerName: "localhost", InsecureSkipVerify: true})
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
 	}
@@ -556,6 +557,7 @@ func TestProxyCloseCutsConnections(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("keep-alive request: %v %v", resp, err)
 	}
+	defer func() { _ = resp.Body.Close() }()
 	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "ok" {
 		t.Fatalf("keep-alive response: %q %v", b, err)
 	}
