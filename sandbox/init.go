@@ -18,7 +18,7 @@ import (
 //
 // With --proxy it listens on a loopback port of the box's network namespace, bridges each
 // connection to the worker's proxy at SOCKET, and points the agent's HTTP(S)_PROXY at that
-// port (NO_PROXY: the box's loopback): Node-based CLIs (Claude Code, Codex's launcher) speak HTTP proxies over TCP, not
+// port: Node-based CLIs (Claude Code, Codex's launcher) speak HTTP proxies over TCP, not
 // over unix sockets. It runs the agent as its child, passes on SIGTERM and SIGINT, and
 // exits with the agent's status. The pid namespace ends with it, and every process the
 // agent left behind is killed.
@@ -63,11 +63,6 @@ func runInit(args []string) int {
 		u := "http://" + ln.Addr().String()
 		for _, n := range []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"} {
 			env = append(env, n+"="+u)
-		}
-		// The box's own loopback (a test's server) is reached directly, not refused by
-		// the proxy.
-		for _, n := range []string{"NO_PROXY", "no_proxy"} {
-			env = append(env, n+"=localhost,127.0.0.1,::1")
 		}
 	}
 	cmd := exec.Command(argv[0], argv[1:]...) //nolint:gosec,noctx // the agent whilly was asked to run; it ends when it exits
