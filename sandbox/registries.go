@@ -177,8 +177,8 @@ func (d *derivation) golang() {
 }
 
 // npm: npm_config_registry (any case) over the user's npmrc over the global one; scoped
-// "@scope:registry" keys too. Auth keys (_authToken, _auth, _password, certificates)
-// and "//host/:" lines are never read.
+// "@scope:registry" keys too. Nothing else is kept: not the auth keys (_authToken,
+// _auth, _password, certificates), not the "//host/:" lines.
 func (d *derivation) npm() {
 	settings := map[string]string{}
 	var files []string
