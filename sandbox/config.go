@@ -50,6 +50,13 @@ type Settings struct {
 	Memory int64
 	Pids   int
 	Disk   int64
+	// Registries is RegistriesAuto ("" too): the proxy also lets the agent reach the
+	// ecosystems' default package registries and those of Registry.Hosts; or
+	// RegistriesOff.
+	Registries string
+	// Registry is what the worker's own configuration says of package registries
+	// (DeriveRegistries); its Env reaches the box whatever Registries says.
+	Registry Registries
 }
 
 // The default limits of one box.
@@ -60,9 +67,11 @@ const (
 )
 
 // SettingsFromEnv reads WHILLY_SANDBOX, WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS,
-// WHILLY_AGENT_ENV, WHILLY_SANDBOX_TOOLS, WHILLY_AGENT_HOME and the limits
-// WHILLY_SANDBOX_MEMORY, WHILLY_SANDBOX_PIDS and WHILLY_SANDBOX_DISK through getenv
-// (usually os.Getenv), and checks them (the tools against the worker's HOME).
+// WHILLY_AGENT_ENV, WHILLY_SANDBOX_REGISTRIES, WHILLY_SANDBOX_TOOLS, WHILLY_AGENT_HOME and
+// the limits WHILLY_SANDBOX_MEMORY, WHILLY_SANDBOX_PIDS and WHILLY_SANDBOX_DISK through
+// getenv (usually os.Getenv), and checks them (the tools against the worker's HOME); it
+// derives the package registries the worker is configured for, and checks the worker's
+// own proxy settings, which the box's proxy chains through.
 func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 	env := config.New(getenv)
 	s := Settings{
@@ -72,6 +81,8 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		AgentEnv:   env.List(config.AgentEnv),
 		Tools:      env.List(config.SandboxTools),
 		AgentHome:  env.Raw(config.AgentHome),
+		Registries: strings.ToLower(env.Raw(config.SandboxRegistries)),
+		Registry:   DeriveRegistries(getenv),
 	}
 	var err error
 	if s.Memory, err = env.Size(config.SandboxMemory); err != nil {
@@ -85,6 +96,11 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 	}
 	if err := s.validate(); err != nil {
 		return s, err
+	}
+	if s.Net == NetProxy {
+		if _, err := upstreamFromEnv(getenv); err != nil {
+			return s, err
+		}
 	}
 	return s, checkTools(s.Tools, getenv("HOME"))
 }
@@ -108,6 +124,13 @@ func (s *Settings) validate() error {
 	s.Memory = cmp.Or(s.Memory, DefaultMemory)
 	s.Pids = cmp.Or(s.Pids, DefaultPids)
 	s.Disk = cmp.Or(s.Disk, DefaultDisk)
+	switch s.Registries {
+	case "":
+		s.Registries = RegistriesAuto
+	case RegistriesAuto, RegistriesOff:
+	default:
+		return fmt.Errorf("WHILLY_SANDBOX_REGISTRIES is %q: it must be auto or off", s.Registries)
+	}
 	for _, h := range s.AllowHosts {
 		if _, err := parseHostRule(h); err != nil {
 			return fmt.Errorf("WHILLY_SANDBOX_ALLOW_HOSTS: %w", err)
@@ -218,6 +241,21 @@ func parseHostRule(s string) (hostRule, error) {
 	}
 	r.host = host
 	return r, nil
+}
+
+// String is the rule as WHILLY_SANDBOX_ALLOW_HOSTS writes it.
+func (r hostRule) String() string {
+	h := r.host
+	if strings.Contains(h, ":") {
+		h = "[" + h + "]"
+	}
+	if r.wildcard {
+		h = "*." + h
+	}
+	if r.port != 0 {
+		h += ":" + strconv.Itoa(r.port)
+	}
+	return h
 }
 
 func (r hostRule) allows(host string, port int) bool {

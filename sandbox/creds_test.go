@@ -164,9 +164,9 @@ func TestBoxCodexCustomProvider(t *testing.T) {
 	}
 	getenv := lookup(environ)
 	_, baseURLs := customProviders(AgentCodex, s.files(getenv))
-	p := &proxy{rules: allowRules(AgentCodex, getenv, nil, baseURLs)}
+	p := &proxy{cfg: proxyConfig{rules: allowRules(AgentCodex, getenv, nil, baseURLs)}}
 	if !p.allowed("llm.corp.example", 8443) || p.allowed("other.example", 443) || p.allowed("llm.corp.example", 443) {
-		t.Errorf("the proxy's rules for the custom provider: %+v", p.rules)
+		t.Errorf("the proxy's rules for the custom provider: %+v", p.cfg.rules)
 	}
 }
 

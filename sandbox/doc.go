@@ -12,7 +12,11 @@
 // network namespace holds only loopback: an HTTP proxy that the worker runs outside
 // (proxy.go), reached through a unix socket bound into the box and bridged to a loopback
 // port by the box's own init (init.go, the worker's executable run again), lets CONNECT
-// through to the allowed hosts only and reports every other host.
+// tunnels (whose TLS server name must be their host) and plain-HTTP requests (each one
+// checked) through to the allowed hosts only, and reports every other host. The allowed
+// hosts are the model API's, the package registries the worker itself is configured for
+// (registries.go, whose settings the box's clients also get) and the operator's; the
+// proxy reaches them through the worker's own HTTP proxy when it has one (upstream.go).
 //
 // The box runs as an unprivileged user without capabilities, even for a root worker,
 // under a seccomp filter (seccomp_linux.go); in a cgroup of its own with memory and

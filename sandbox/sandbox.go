@@ -45,7 +45,9 @@ type Config struct {
 // process (sim) and for tests that do not test the box.
 type Sandbox struct {
 	mode, net     string
-	allow         []string
+	allow         []string // WHILLY_SANDBOX_ALLOW_HOSTS, and the registries' hosts when they are on
+	registries    bool     // WHILLY_SANDBOX_REGISTRIES=auto
+	registryEnv   []string // the worker's registry settings, for the box's clients
 	agentEnv      []string
 	tools         []string // toolchain directories bound read-only (WHILLY_SANDBOX_TOOLS)
 	agentHome     string   // where the box's HOME is seeded from; "" is the worker's HOME
@@ -64,7 +66,12 @@ func New(cfg Config) (*Sandbox, error) {
 		return nil, err
 	}
 	s := &Sandbox{mode: cfg.Mode, net: cfg.Net, allow: cfg.AllowHosts, agentEnv: cfg.AgentEnv,
-		tools: cfg.Tools, agentHome: cfg.AgentHome, limits: cfg.Settings}
+		tools: cfg.Tools, agentHome: cfg.AgentHome, limits: cfg.Settings,
+		registries: cfg.Registries == RegistriesAuto, registryEnv: cfg.Registry.Env}
+	if s.registries {
+		// The ecosystems' defaults also when the settings were not derived (Settings{}).
+		s.allow = slices.Concat(defaultRegistries, cfg.Registry.Hosts, s.allow)
+	}
 	if s.mode == "" {
 		s.mode = ModeBwrap
 	}
@@ -111,10 +118,41 @@ func (s *Sandbox) Net() string {
 // Boxed reports whether agent processes run in a box.
 func (s *Sandbox) Boxed() bool { return s.Mode() == ModeBwrap }
 
+// Registries reports whether the box may reach the package registries
+// (WHILLY_SANDBOX_REGISTRIES=auto).
+func (s *Sandbox) Registries() bool { return s != nil && s.registries }
+
+// AllowedHosts are the hosts the proxy lets a box for agentKind reach, as
+// WHILLY_SANDBOX_ALLOW_HOSTS writes them: its model API's (the one a base URL in the
+// worker's environment, getenv, names), the package registries' unless they are off,
+// and the operator's. Nil unless the box's network is NetProxy.
+func (s *Sandbox) AllowedHosts(agentKind string, getenv func(string) string) []string {
+	if s.Net() != NetProxy {
+		return nil
+	}
+	_, baseURLs := customProviders(agentKind, s.files(getenv))
+	var out []string
+	for _, r := range allowRules(agentKind, getenv, s.allow, baseURLs) {
+		out = append(out, r.String())
+	}
+	return out
+}
+
+// WorkerProxies names the worker's own HTTP proxies (HTTPS_PROXY, HTTP_PROXY) that the
+// box's proxy chains through, without their credentials; "" when there are none.
+func WorkerProxies(getenv func(string) string) string {
+	u, err := upstreamFromEnv(getenv)
+	if err != nil {
+		return ""
+	}
+	return u.String()
+}
+
 // Denial is a connection the proxy refused.
 type Denial struct {
-	Host string `json:"host"`
-	Port int    `json:"port"`
+	Host   string `json:"host"` // a valid host name or IP address, else a short description of what was asked
+	Port   int    `json:"port"`
+	Reason string `json:"reason,omitempty"` // ReasonHost (""), ReasonSNI or ReasonNotTLS
 }
 
 // Spec is one process to run in a box.
@@ -263,15 +301,21 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	a = append(a, "--chdir", dir)
 	initArgs := []string{boxInit, initArg}
 	if s.net == NetProxy {
+		up, err := upstreamFromEnv(getenv)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
 		sock := filepath.Join(tmp, "proxy.sock")
-		if c.proxy, err = startProxy(ctx, sock, allowRules(spec.Agent, getenv, s.allow, baseURLs), spec.OnDenied); err != nil {
+		c.proxy, err = startProxy(ctx, sock, proxyConfig{rules: allowRules(spec.Agent, getenv, s.allow, baseURLs), upstream: up, onDenied: spec.OnDenied})
+		if err != nil {
 			c.Close()
 			return nil, err
 		}
 		a = append(a, "--bind", sock, boxProxy)
 		initArgs = append(initArgs, "--proxy", boxProxy)
 	}
-	set := []string{"TMPDIR=/tmp", "IS_SANDBOX=1"}
+	set := append([]string{"TMPDIR=/tmp", "IS_SANDBOX=1"}, s.registryEnv...)
 	if s.net != NetHost && getenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC") == "" {
 		// Telemetry and update checks would only be refused by the proxy, one event each.
 		set = append(set, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1")

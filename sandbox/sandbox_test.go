@@ -109,7 +109,7 @@ func TestAllowRules(t *testing.T) {
 		{AgentClaude, none, []string{"registry.npmjs.org:8443"}, "registry.npmjs.org", 443, false},
 	}
 	for i, c := range cases {
-		p := &proxy{rules: allowRules(c.kind, c.getenv, c.extra, nil)}
+		p := &proxy{cfg: proxyConfig{rules: allowRules(c.kind, c.getenv, c.extra, nil)}}
 		if got := p.allowed(c.host, c.port); got != c.want {
 			t.Errorf("case %d: %s %s:%d allowed = %v, want %v", i, c.kind, c.host, c.port, got, c.want)
 		}

@@ -250,9 +250,11 @@ func GateFromConfig(c *config.Env) (GatePolicy, error) {
 }
 
 // OpenSandbox opens the box of SPEC §16 for agentName's processes from WHILLY_SANDBOX,
-// WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS and WHILLY_AGENT_ENV, and logs whether it
-// works. An error (a configuration error: exit 2) says how to fix it. The sim agent runs
-// no process: without a working box it gets none (nil), and no error.
+// WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS, WHILLY_AGENT_ENV and
+// WHILLY_SANDBOX_REGISTRIES, and logs whether it works and, behind the box's proxy, the
+// hosts its agents may reach. An error (a configuration error: exit 2) says how to fix
+// it. The sim agent runs no process: without a working box it gets none (nil), and no
+// error.
 func OpenSandbox(ctx context.Context, getenv func(string) string, agentName string, log *slog.Logger) (*sandbox.Sandbox, error) {
 	set, err := sandbox.SettingsFromEnv(getenv)
 	if err != nil {
@@ -266,6 +268,14 @@ func OpenSandbox(ctx context.Context, getenv func(string) string, agentName stri
 		log.InfoContext(ctx, "sandbox does not work here; the sim agent runs no process and needs none", "agent", agentName)
 	case !sb.Boxed():
 		log.WarnContext(ctx, "WHILLY_SANDBOX=none: agents run unboxed, as this user, with this machine's files and network", "agent", agentName)
+	case sb.Net() == sandbox.NetProxy:
+		registries := sandbox.RegistriesOff
+		if sb.Registries() {
+			registries = sandbox.RegistriesAuto
+		}
+		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", "agent", agentName, "net", sb.Net(),
+			"allowed_hosts", strings.Join(sb.AllowedHosts(agentName, getenv), ","), "registries", registries,
+			"upstream_proxy", sandbox.WorkerProxies(getenv))
 	default:
 		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", "agent", agentName, "net", sb.Net(), "limits", sb.LimitsNote())
 		if !sb.LimitsEnforced() {

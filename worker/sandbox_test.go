@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -207,5 +208,38 @@ func TestWorkerWithoutBubblewrapExits2(t *testing.T) {
 	ws, err := e.st.ListWorkers(context.Background())
 	if err != nil || len(ws) != 0 {
 		t.Errorf("workers registered: %v %v", ws, err)
+	}
+}
+
+// At start the worker logs the hosts its agents may reach: the model API's, the package
+// registries' (the ecosystems' defaults and the worker's own npmrc's), and the worker's
+// own proxy without its password.
+func TestOpenSandboxLogsTheAllowedHosts(t *testing.T) {
+	t.Parallel()
+	boxedT(t)
+	home := t.TempDir()
+	if err := os.WriteFile(home+"/.npmrc", []byte("registry=https://npm.corp.example/\n//npm.corp.example/:_authToken=SECRET\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"HOME": home, "PATH": os.Getenv("PATH"), "HTTPS_PROXY": "http://me:hunter2@corp.example:3128"}
+	getenv := func(k string) string { return env[k] }
+	for mode, want := range map[string][]string{
+		"":    {"registries=auto", "api.anthropic.com", "registry.npmjs.org", "npm.corp.example", "upstream_proxy=", "corp.example:3128"},
+		"off": {"registries=off", `allowed_hosts=api.anthropic.com `},
+	} {
+		env["WHILLY_SANDBOX_REGISTRIES"] = mode
+		var buf strings.Builder
+		if _, err := worker.OpenSandbox(context.Background(), getenv, "claude", slog.New(slog.NewTextHandler(&buf, nil))); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("WHILLY_SANDBOX_REGISTRIES=%q: the log lacks %q:\n%s", mode, w, out)
+			}
+		}
+		if strings.Contains(out, "hunter2") || strings.Contains(out, "me:") || strings.Contains(out, "SECRET") || strings.Count(out, "\n") != 1 {
+			t.Errorf("WHILLY_SANDBOX_REGISTRIES=%q: the log:\n%s", mode, out)
+		}
 	}
 }

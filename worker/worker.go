@@ -624,8 +624,12 @@ const (
 // egressDenied records a host the sandbox's proxy refused the agent. It is best effort:
 // the attempt goes on whether or not the control plane hears of it.
 func (w *Worker) egressDenied(ctx context.Context, c *client.Claim, d sandbox.Denial) {
-	w.taskEvent(ctx, c, EventEgressDenied, map[string]any{"host": d.Host, "port": d.Port,
-		"plan_id": c.Task.PlanID, "task_id": c.Task.ID, "attempt": c.Task.Attempt})
+	p := map[string]any{"host": d.Host, "port": d.Port,
+		"plan_id": c.Task.PlanID, "task_id": c.Task.ID, "attempt": c.Task.Attempt}
+	if d.Reason != sandbox.ReasonHost {
+		p["reason"] = d.Reason
+	}
+	w.taskEvent(ctx, c, EventEgressDenied, p)
 }
 
 // attemptEvent records how the agent's process ran: in the box or not (sandbox: none is
