@@ -54,31 +54,13 @@ func RunVerify(ctx context.Context, sb *sandbox.Sandbox, dir string, cmds []plan
 }
 
 func runVerifyOne(ctx context.Context, sb *sandbox.Sandbox, sh, dir, command string, timeout time.Duration, vr *VerifyResult) {
-	box, err := sb.Prepare(ctx, sandbox.Spec{Path: sh, Args: []string{"-c", command}, Dir: dir, Agent: sandbox.AgentNone})
+	r, err := RunScript(ctx, sb, sandbox.Spec{Path: sh, Args: []string{"-c", command}, Dir: dir, Agent: sandbox.AgentNone}, nil, timeout)
 	if err != nil {
 		vr.Error = err.Error()
 		return
 	}
-	defer box.Close()
-	pr, err := runProcess(ctx, procSpec{
-		path:    box.Path,
-		args:    box.Args,
-		dir:     box.Dir,
-		env:     box.Env,
-		timeout: timeout,
-		grace:   DefaultKillGrace,
-		maxOut:  MaxExcerptBytes * 4,
-		merge:   true,
-	})
-	if err != nil {
-		vr.Error = err.Error()
-		return
-	}
-	vr.ExitCode = pr.exitCode
-	vr.TimedOut, vr.Cancelled = pr.timedOut, pr.cancelled
-	vr.Passed = pr.exitCode == 0 && !pr.timedOut && !pr.cancelled
-	vr.Output = redactTail(pr.stdout, MaxExcerptBytes)
-	vr.Duration = pr.duration
+	vr.ExitCode, vr.TimedOut, vr.Cancelled = r.ExitCode, r.TimedOut, r.Cancelled
+	vr.Passed, vr.Output, vr.Duration = r.Passed(), r.Output, r.Duration
 }
 
 // VerifyFailure returns the first required verification that did not pass.
