@@ -54,3 +54,9 @@ func (l *fileLock) unlock() error {
 	}
 	return err
 }
+
+// share keeps the lock exclusive: without flock(2) there are no shared locks.
+func (l *fileLock) share() error { return nil }
+
+// openNoFollow: nothing to add where O_NOFOLLOW does not exist.
+const openNoFollow = 0

@@ -70,3 +70,15 @@ func sameFile(f *os.File, path string) (bool, error) {
 
 // unlock releases the lock (closing the file releases the flock).
 func (l *fileLock) unlock() error { return l.f.Close() }
+
+// share turns the exclusive lock into a shared one: others may share it too, while an
+// exclusive lock (removal) still waits for every holder.
+func (l *fileLock) share() error {
+	if err := syscall.Flock(int(l.f.Fd()), syscall.LOCK_SH); err != nil {
+		return fmt.Errorf("share lock: %w", err)
+	}
+	return nil
+}
+
+// openNoFollow makes an open fail on a symbolic link rather than follow it.
+const openNoFollow = syscall.O_NOFOLLOW
