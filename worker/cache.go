@@ -170,49 +170,58 @@ func (cs *Caches) Open(ctx context.Context, repo, planID string, setup Setup) (*
 			return nil, fmt.Errorf("create the cache directory: %w", err)
 		}
 	}
-	pl, err := lockFile(ctx, pc.lock, true)
-	if err != nil {
-		return nil, fmt.Errorf("lock the cache of plan %s: %w", planID, err)
-	}
-	fail := func(err error) (*PlanCache, error) {
-		_ = pl.unlock()
-		return nil, err
-	}
-	// The lock file names its plan and its mtime records the last use.
-	if err := os.WriteFile(pc.lock, []byte(planID+"\n"), 0o600); err != nil {
-		return fail(fmt.Errorf("record the cache's plan: %w", err))
-	}
-	_, statErr := os.Lstat(pc.dir)
-	fresh := errors.Is(statErr, fs.ErrNotExist)
 	hash := ""
 	if setup.Script != nil {
 		sum := sha256.Sum256(setup.Script)
 		hash = hex.EncodeToString(sum[:])
 	}
-	runSetup := setup.Script != nil && (fresh || readRecord(pc.setup) != hash)
-	if fresh || runSetup {
-		if err := cs.fill(ctx, base, pc, repo, hash, runSetup, setup, fresh); err != nil {
-			return fail(err)
+	// Shared first: tasks of one plan use its cache side by side. Only when the cache must
+	// be made, seeded or set up again is the lock taken exclusively (waiting for the
+	// plan's running attempts), and the state read again under it.
+	for exclusive := false; ; exclusive = true {
+		pl, err := lockFileMode(ctx, pc.lock, true, !exclusive)
+		if err != nil {
+			return nil, fmt.Errorf("lock the cache of plan %s: %w", planID, err)
 		}
-	} else {
-		now := time.Now()
-		_ = os.Chtimes(base.lock, now, now) // the base is in use too: its last use is now
-	}
-	for _, v := range cacheVars {
-		if err := os.MkdirAll(filepath.Join(pc.dir, v[1]), 0o750); err != nil {
-			return fail(fmt.Errorf("create the plan's cache: %w", err))
+		_, statErr := os.Lstat(pc.dir)
+		fresh := errors.Is(statErr, fs.ErrNotExist)
+		// The record is written once the cache is seeded: without it, a seed was cut short.
+		_, recErr := os.Lstat(pc.setup)
+		seeded := !fresh && recErr == nil
+		runSetup := setup.Script != nil && (!seeded || readRecord(pc.setup) != hash)
+		switch {
+		case seeded && !runSetup:
+			// The plan's cache and its base are in use: their last use is now.
+			now := time.Now()
+			_ = os.Chtimes(pc.lock, now, now)
+			_ = os.Chtimes(base.lock, now, now)
+		case !exclusive:
+			_ = pl.unlock()
+			continue
+		default:
+			if err := cs.fill(ctx, base, pc, repo, planID, hash, runSetup, setup, fresh); err != nil {
+				_ = pl.unlock()
+				return nil, err
+			}
 		}
+		if exclusive {
+			if err := pl.share(); err != nil {
+				_ = pl.unlock()
+				return nil, err
+			}
+		}
+		return &PlanCache{Dir: pc.dir, lock: pl}, nil
 	}
-	if err := pl.share(); err != nil {
-		return fail(err)
-	}
-	return &PlanCache{Dir: pc.dir, lock: pl}, nil
 }
 
 // fill runs the setup script on the base cache when runSetup, then copies the base into
 // the plan's cache: all of it when the plan's cache is fresh, else what it lacks. The
-// caller holds the plan's lock; fill takes the base's.
-func (cs *Caches) fill(ctx context.Context, base, pc cacheEntry, repo, hash string, runSetup bool, setup Setup, fresh bool) error {
+// caller holds the plan's lock exclusively; fill takes the base's.
+func (cs *Caches) fill(ctx context.Context, base, pc cacheEntry, repo, planID, hash string, runSetup bool, setup Setup, fresh bool) error {
+	// The lock file names its plan; its mtime records the last use.
+	if err := os.WriteFile(pc.lock, []byte(planID+"\n"), 0o600); err != nil {
+		return fmt.Errorf("record the cache's plan: %w", err)
+	}
 	bl, err := lockFile(ctx, base.lock, true)
 	if err != nil {
 		return fmt.Errorf("lock the base cache of %s: %w", repo, err)
@@ -249,6 +258,11 @@ func (cs *Caches) fill(ctx context.Context, base, pc cacheEntry, repo, hash stri
 			return fmt.Errorf("seed the plan's cache from the base: %w", err)
 		}
 	}
+	for _, v := range cacheVars {
+		if err := os.MkdirAll(filepath.Join(pc.dir, v[1]), 0o750); err != nil {
+			return fmt.Errorf("create the plan's cache: %w", err)
+		}
+	}
 	if err := os.WriteFile(pc.setup, []byte(hash+"\n"), 0o600); err != nil {
 		return fmt.Errorf("record the setup script's hash: %w", err)
 	}
@@ -265,8 +279,9 @@ func readRecord(p string) string {
 
 // copyTree copies src into dst: directories, regular files with their modes, and
 // symbolic links as links (never followed, on either side: both are opened as roots, so
-// nothing resolves outside them). FIFOs, sockets and devices are skipped. With topUp, an
-// entry dst already has stays as it is, and entries that cannot be made are skipped.
+// nothing resolves outside them). FIFOs, sockets and devices are skipped, and so is what
+// cannot be read or made for want of permission: a cache entry less is a download more.
+// With topUp, an entry dst already has stays as it is.
 func copyTree(src, dst string, topUp bool) error {
 	from, err := os.OpenRoot(src)
 	if err != nil {
@@ -284,10 +299,13 @@ func copyTree(src, dst string, topUp bool) error {
 	}
 	var made []dirMode
 	skip := func(err error) bool {
-		return errors.Is(err, fs.ErrExist) || topUp && errors.Is(err, fs.ErrPermission)
+		return topUp && errors.Is(err, fs.ErrExist) || errors.Is(err, fs.ErrPermission)
 	}
 	walkErr := fs.WalkDir(from.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			if skip(err) {
+				return nil
+			}
 			return err
 		}
 		if p == "." {
@@ -304,7 +322,7 @@ func copyTree(src, dst string, topUp bool) error {
 			case err == nil:
 				made = append(made, dirMode{p, info.Mode().Perm()})
 			case skip(err):
-				if errors.Is(err, fs.ErrPermission) {
+				if !errors.Is(err, fs.ErrExist) {
 					return fs.SkipDir
 				}
 			default:

@@ -4,12 +4,14 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -346,5 +348,123 @@ func TestCacheEviction(t *testing.T) {
 		if _, err := os.Stat(pc.Dir); !os.IsNotExist(err) {
 			t.Errorf("RemovePlan left the cache of %s: %v", id, err)
 		}
+	}
+}
+
+// A plan's cache is a copy of the base: modes kept, links copied as links and never
+// followed, FIFOs left out; what the plan writes stays in the plan. The setup script
+// runs for a new plan and again when it changes, and the plan's cache is then topped up
+// from the base without losing what the plan wrote.
+func TestPlanCacheIsSeededFromTheBase(t *testing.T) {
+	t.Parallel()
+	cs := worker.NewCaches(t.TempDir(), 0, nil)
+	ctx := context.Background()
+	runs := 0
+	setup := func(script string, fill func(base string) error) worker.Setup {
+		return worker.Setup{Script: []byte(script), Run: func(_ context.Context, base string) error {
+			runs++
+			return fill(base)
+		}}
+	}
+	v1 := setup("v1", func(base string) error {
+		mod := filepath.Join(base, "go-mod")
+		ro := filepath.Join(mod, "example.com", "m@v1")
+		return errors.Join(
+			os.WriteFile(filepath.Join(mod, "f"), []byte("base\n"), 0o640),
+			os.MkdirAll(ro, 0o755),
+			os.WriteFile(filepath.Join(ro, "go.mod"), []byte("module m\n"), 0o444),
+			os.Chmod(ro, 0o555),
+			os.Symlink("/etc/hostname", filepath.Join(mod, "abs-link")),
+			os.Symlink("f", filepath.Join(mod, "rel-link")),
+			syscall.Mkfifo(filepath.Join(base, "xdg", "fifo"), 0o600),
+		)
+	})
+	pc, err := cs.Open(ctx, "repo", "p", v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod := filepath.Join(pc.Dir, "go-mod")
+	mode := func(p string) os.FileMode {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode()
+	}
+	if m := mode(filepath.Join(mod, "f")); m != 0o640 {
+		t.Errorf("f has mode %v, want 0640", m)
+	}
+	if m := mode(filepath.Join(mod, "example.com", "m@v1")); m != os.ModeDir|0o555 {
+		t.Errorf("the module's directory has mode %v, want dr-xr-xr-x", m)
+	}
+	if m := mode(filepath.Join(mod, "example.com", "m@v1", "go.mod")); m != 0o444 {
+		t.Errorf("go.mod has mode %v, want 0444", m)
+	}
+	for link, want := range map[string]string{"abs-link": "/etc/hostname", "rel-link": "f"} {
+		if got, err := os.Readlink(filepath.Join(mod, link)); err != nil || got != want {
+			t.Errorf("%s: %q %v, want a link to %q", link, got, err, want)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(pc.Dir, "xdg", "fifo")); !os.IsNotExist(err) {
+		t.Errorf("the FIFO was copied: %v", err)
+	}
+	// The plan poisons its copy.
+	if err := os.WriteFile(filepath.Join(mod, "f"), []byte("poisoned\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(filepath.Dir(filepath.Dir(pc.Dir)), "base")
+	if b, err := filepath.Glob(filepath.Join(base, "*", "go-mod", "f")); err != nil || len(b) != 1 || readFile(t, b[0]) != "base\n" {
+		t.Errorf("the base's f after the plan wrote its own: %v %v", b, err)
+	}
+
+	reopen := func(planID string, s worker.Setup) *worker.PlanCache {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		pc, err := cs.Open(ctx, "repo", planID, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = pc.Close() })
+		return pc
+	}
+	// Two tasks of the plan use its cache at once; a changed script waits for them.
+	a, b := reopen("p", v1), reopen("p", v1)
+	if runs != 1 {
+		t.Errorf("the unchanged script ran again for the same plan: %d runs", runs)
+	}
+	for _, h := range []*worker.PlanCache{a, b} {
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v2 := setup("v2", func(base string) error {
+		return os.WriteFile(filepath.Join(base, "go-mod", "g"), []byte("new\n"), 0o644)
+	})
+	reopen("p", v2)
+	if runs != 2 || readFile(t, filepath.Join(mod, "g")) != "new\n" || readFile(t, filepath.Join(mod, "f")) != "poisoned\n" {
+		t.Errorf("after a changed script: %d runs, g %q, f %q", runs, readFile(t, filepath.Join(mod, "g")), readFile(t, filepath.Join(mod, "f")))
+	}
+	other := reopen("q", v2)
+	if runs != 3 || readFile(t, filepath.Join(other.Dir, "go-mod", "f")) != "base\n" {
+		t.Errorf("another plan: %d runs, f %q", runs, readFile(t, filepath.Join(other.Dir, "go-mod", "f")))
+	}
+	// A failing script leaves no cache behind for a new plan, and runs again next time.
+	failed := 0
+	failing := worker.Setup{Script: []byte("v3"), Run: func(context.Context, string) error {
+		failed++
+		return &worker.SetupError{Detail: "exit status 1"}
+	}}
+	var se *worker.SetupError
+	if _, err := cs.Open(ctx, "repo", "r", failing); !errors.As(err, &se) {
+		t.Fatalf("Open with a failing script = %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(pc.Dir), "r-*")); len(left) != 1 || !strings.HasSuffix(left[0], ".lock") {
+		t.Errorf("a failed setup left %v, want the lock file alone", left)
+	}
+	if _, err := cs.Open(ctx, "repo", "r", failing); !errors.As(err, &se) || failed != 2 {
+		t.Errorf("Open again after a failed setup = %v, the script ran %d times; want it run again", err, failed)
 	}
 }

@@ -55,6 +55,11 @@ func (l *fileLock) unlock() error {
 	return err
 }
 
+// lockFileMode is lockFile: without flock(2) every lock is exclusive.
+func lockFileMode(ctx context.Context, path string, wait, _ bool) (*fileLock, error) {
+	return lockFile(ctx, path, wait)
+}
+
 // share keeps the lock exclusive: without flock(2) there are no shared locks.
 func (l *fileLock) share() error { return nil }
 

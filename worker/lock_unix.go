@@ -22,13 +22,22 @@ var errLocked = errors.New("locked by another process")
 // lockFile takes the lock on path, creating the file, waiting for it (polling, so that ctx
 // can end the wait) unless wait is false, when a held lock is errLocked.
 func lockFile(ctx context.Context, path string, wait bool) (*fileLock, error) {
+	return lockFileMode(ctx, path, wait, false)
+}
+
+// lockFileMode is lockFile, shared with other shared holders when shared.
+func lockFileMode(ctx context.Context, path string, wait, shared bool) (*fileLock, error) {
+	how := syscall.LOCK_EX
+	if shared {
+		how = syscall.LOCK_SH
+	}
 	delay := 20 * time.Millisecond
 	for {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("open lock file: %w", err)
 		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if err == nil {
 			// The holder before us may have removed the file (a workspace being deleted):
 			// then this lock guards nothing and a new file must be locked instead.
