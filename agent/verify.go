@@ -33,6 +33,12 @@ type VerifyResult struct {
 // They run in sb like the agent (a nil sb runs them unboxed): they run the code the agent
 // wrote.
 func RunVerify(ctx context.Context, sb *sandbox.Sandbox, dir string, cmds []plan.Verify, timeout time.Duration) []VerifyResult {
+	return RunVerifyIn(ctx, sb, sandbox.Spec{Dir: dir}, cmds, timeout)
+}
+
+// RunVerifyIn is RunVerify in the directory of at, with its environment (Env) and binds
+// (Binds) besides: the attempt's caches.
+func RunVerifyIn(ctx context.Context, sb *sandbox.Sandbox, at sandbox.Spec, cmds []plan.Verify, timeout time.Duration) []VerifyResult {
 	if timeout <= 0 {
 		timeout = DefaultVerifyTimeout
 	}
@@ -46,15 +52,16 @@ func RunVerify(ctx context.Context, sb *sandbox.Sandbox, dir string, cmds []plan
 		case lookErr != nil:
 			vr.Error = fmt.Sprintf("look up sh: %v", lookErr)
 		default:
-			runVerifyOne(ctx, sb, sh, dir, c.Command, timeout, &vr)
+			runVerifyOne(ctx, sb, sh, at, c.Command, timeout, &vr)
 		}
 		out = append(out, vr)
 	}
 	return out
 }
 
-func runVerifyOne(ctx context.Context, sb *sandbox.Sandbox, sh, dir, command string, timeout time.Duration, vr *VerifyResult) {
-	r, err := RunScript(ctx, sb, sandbox.Spec{Path: sh, Args: []string{"-c", command}, Dir: dir, Agent: sandbox.AgentNone}, nil, timeout)
+func runVerifyOne(ctx context.Context, sb *sandbox.Sandbox, sh string, at sandbox.Spec, command string, timeout time.Duration, vr *VerifyResult) {
+	spec := sandbox.Spec{Path: sh, Args: []string{"-c", command}, Dir: at.Dir, Agent: sandbox.AgentNone, Env: at.Env, Binds: at.Binds}
+	r, err := RunScript(ctx, sb, spec, nil, timeout)
 	if err != nil {
 		vr.Error = err.Error()
 		return

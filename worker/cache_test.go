@@ -468,3 +468,20 @@ func TestPlanCacheIsSeededFromTheBase(t *testing.T) {
 		t.Errorf("Open again after a failed setup = %v, the script ran %d times; want it run again", err, failed)
 	}
 }
+
+// The plan's verification commands run with the attempt's caches: they find what the
+// agent put there.
+func TestVerifyRunsWithThePlansCache(t *testing.T) {
+	t.Parallel()
+	e := newCacheEnv(t)
+	p := &plan.Plan{ID: "verify", Name: "verify", Repo: "acme/shop", Verify: []plan.Verify{{Name: "cache",
+		Command: `test "$GOMODCACHE" = /whilly/cache/go-mod && test -f "$GOMODCACHE/mod-verify-T00"`, Required: true}}}
+	p.Tasks = []plan.Task{{ID: "T00", Priority: plan.PriorityMedium, Description: "A change of the shop, long enough",
+		AcceptanceCriteria: []string{"ok"}, TestSteps: []string{"true"}, MaxAttempts: 1}}
+	if _, err := e.st.Import(context.Background(), p, queue.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if sum := e.run(t, "verify", sandbox.ModeBwrap, 0); sum.Done != 1 {
+		t.Fatalf("%+v %+v", sum, e.task(t, "verify", "T00"))
+	}
+}

@@ -648,7 +648,8 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, c *client.Claim,
 	for i, v := range c.Plan.Verify {
 		cmds[i] = plan.Verify(v)
 	}
-	res.ApplyVerify(agent.RunVerify(ctx, w.cfg.Sandbox, workDir, cmds, 0))
+	// With the attempt's caches: what the agent downloaded, the checks need not again.
+	res.ApplyVerify(agent.RunVerifyIn(ctx, w.cfg.Sandbox, sandbox.Spec{Dir: workDir, Env: cacheEnv, Binds: cacheBinds}, cmds, 0))
 	return res, stream, nil
 }
 
