@@ -66,7 +66,7 @@ func TestSandboxLimitsEndTheAttempt(t *testing.T) {
 func TestVerifyOverALimitFails(t *testing.T) {
 	t.Parallel()
 	sb := boxed(t, sandbox.Settings{Net: sandbox.NetNone, Disk: 4 << 20})
-	rs := RunVerify(context.Background(), sb, t.TempDir(), nil, []plan.Verify{
+	rs := RunVerify(context.Background(), sb, t.TempDir(), []plan.Verify{
 		{Name: "fill", Command: "dd if=/dev/zero of=fill bs=1M count=8", Required: true}}, time.Minute)
 	if len(rs) != 1 || rs[0].Passed || !strings.Contains(rs[0].Error, "disk limit 4 MiB") {
 		t.Errorf("verification over the disk limit: %+v", rs)

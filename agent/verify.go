@@ -30,9 +30,15 @@ type VerifyResult struct {
 // environment an agent gets. Every command runs, so the report is complete; once ctx is
 // done the rest are marked Skipped.
 //
-// They run in sb like the agent (a nil sb runs them unboxed), with the same binds: they
-// run the code the agent wrote.
-func RunVerify(ctx context.Context, sb *sandbox.Sandbox, dir string, binds []sandbox.Bind, cmds []plan.Verify, timeout time.Duration) []VerifyResult {
+// They run in sb like the agent (a nil sb runs them unboxed): they run the code the agent
+// wrote.
+func RunVerify(ctx context.Context, sb *sandbox.Sandbox, dir string, cmds []plan.Verify, timeout time.Duration) []VerifyResult {
+	return RunVerifyIn(ctx, sb, sandbox.Spec{Dir: dir}, cmds, timeout)
+}
+
+// RunVerifyIn is RunVerify in the directory of at, with its environment (Env) and binds
+// (Binds) besides: the attempt's caches.
+func RunVerifyIn(ctx context.Context, sb *sandbox.Sandbox, at sandbox.Spec, cmds []plan.Verify, timeout time.Duration) []VerifyResult {
 	if timeout <= 0 {
 		timeout = DefaultVerifyTimeout
 	}
@@ -46,45 +52,25 @@ func RunVerify(ctx context.Context, sb *sandbox.Sandbox, dir string, binds []san
 		case lookErr != nil:
 			vr.Error = fmt.Sprintf("look up sh: %v", lookErr)
 		default:
-			runVerifyOne(ctx, sb, sh, dir, binds, c.Command, timeout, &vr)
+			runVerifyOne(ctx, sb, sh, at, c.Command, timeout, &vr)
 		}
 		out = append(out, vr)
 	}
 	return out
 }
 
-func runVerifyOne(ctx context.Context, sb *sandbox.Sandbox, sh, dir string, binds []sandbox.Bind, command string, timeout time.Duration, vr *VerifyResult) {
-	box, err := sb.Prepare(ctx, sandbox.Spec{Path: sh, Args: []string{"-c", command}, Dir: dir, Agent: sandbox.AgentNone, Binds: binds})
+func runVerifyOne(ctx context.Context, sb *sandbox.Sandbox, sh string, at sandbox.Spec, command string, timeout time.Duration, vr *VerifyResult) {
+	spec := sandbox.Spec{Path: sh, Args: []string{"-c", command}, Dir: at.Dir, Agent: sandbox.AgentNone, Env: at.Env, Binds: at.Binds}
+	r, err := RunScript(ctx, sb, spec, nil, timeout)
 	if err != nil {
 		vr.Error = err.Error()
 		return
 	}
-	defer box.Close()
-	pr, err := runProcess(ctx, procSpec{
-		path:    box.Path,
-		args:    box.Args,
-		dir:     box.Dir,
-		env:     box.Env,
-		timeout: timeout,
-		grace:   DefaultKillGrace,
-		maxOut:  MaxExcerptBytes * 4,
-		merge:   true,
-
-		extraFiles: box.ExtraFiles,
-		started:    box.Started,
-	})
-	if err != nil {
-		vr.Error = err.Error()
-		return
+	vr.ExitCode, vr.TimedOut, vr.Cancelled = r.ExitCode, r.TimedOut, r.Cancelled
+	vr.Passed, vr.Output, vr.Duration = r.Passed(), r.Output, r.Duration
+	if r.Limit != "" {
+		vr.Error = "the box went over its " + r.Limit
 	}
-	vr.ExitCode = pr.exitCode
-	vr.TimedOut, vr.Cancelled = pr.timedOut, pr.cancelled
-	vr.Passed = pr.exitCode == 0 && !pr.timedOut && !pr.cancelled
-	if limit := box.Exceeded(); limit != "" {
-		vr.Passed, vr.Error = false, "the box went over its "+limit
-	}
-	vr.Output = redactTail(pr.stdout, MaxExcerptBytes)
-	vr.Duration = pr.duration
 }
 
 // VerifyFailure returns the first required verification that did not pass.

@@ -21,7 +21,7 @@ func TestRunVerify(t *testing.T) {
 		{Name: "tests", Command: "echo 'password=hunter22'; echo FAIL >&2; exit 3", Required: true},
 		{Name: "hang", Command: "sleep 1000 & wait", Required: true},
 	}
-	rs := RunVerify(testCtx(t), nil, dir, nil, cmds, 300*time.Millisecond)
+	rs := RunVerify(testCtx(t), nil, dir, cmds, 300*time.Millisecond)
 	if len(rs) != 4 {
 		t.Fatalf("%d results", len(rs))
 	}
@@ -63,7 +63,7 @@ func TestRunVerifyCancelled(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	rs := RunVerify(ctx, nil, t.TempDir(), nil, []plan.Verify{{Name: "a", Command: "true", Required: true}}, 0)
+	rs := RunVerify(ctx, nil, t.TempDir(), []plan.Verify{{Name: "a", Command: "true", Required: true}}, 0)
 	if len(rs) != 1 || !rs[0].Skipped || rs[0].Passed {
 		t.Fatalf("%+v", rs)
 	}

@@ -172,6 +172,10 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 	if err != nil {
 		return envf("%v", err)
 	}
+	cache, err := worker.CacheFromConfig(a.cfg)
+	if err != nil {
+		return envf("%v", err)
+	}
 	started := time.Now()
 	runCtx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
@@ -187,7 +191,7 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		}
 		wk, err := worker.New(api, ag, a.log, worker.Config{
 			WorkerID: w.ID, PlanID: o.planID, Model: o.model, Drain: true, ClaimWait: 5 * time.Second,
-			AgentTimeout: timeout, LogDir: logDir, OnResult: onResult, Sandbox: acfg.Sandbox, Gate: gate,
+			AgentTimeout: timeout, LogDir: logDir, OnResult: onResult, Sandbox: acfg.Sandbox, Gate: gate, Cache: cache,
 		})
 		if err != nil {
 			return err

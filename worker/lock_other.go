@@ -54,3 +54,14 @@ func (l *fileLock) unlock() error {
 	}
 	return err
 }
+
+// lockFileMode is lockFile: without flock(2) every lock is exclusive.
+func lockFileMode(ctx context.Context, path string, wait, _ bool) (*fileLock, error) {
+	return lockFile(ctx, path, wait)
+}
+
+// share keeps the lock exclusive: without flock(2) there are no shared locks.
+func (l *fileLock) share() error { return nil }
+
+// openNoFollow: nothing to add where O_NOFOLLOW does not exist.
+const openNoFollow = 0

@@ -22,13 +22,22 @@ var errLocked = errors.New("locked by another process")
 // lockFile takes the lock on path, creating the file, waiting for it (polling, so that ctx
 // can end the wait) unless wait is false, when a held lock is errLocked.
 func lockFile(ctx context.Context, path string, wait bool) (*fileLock, error) {
+	return lockFileMode(ctx, path, wait, false)
+}
+
+// lockFileMode is lockFile, shared with other shared holders when shared.
+func lockFileMode(ctx context.Context, path string, wait, shared bool) (*fileLock, error) {
+	how := syscall.LOCK_EX
+	if shared {
+		how = syscall.LOCK_SH
+	}
 	delay := 20 * time.Millisecond
 	for {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("open lock file: %w", err)
 		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if err == nil {
 			// The holder before us may have removed the file (a workspace being deleted):
 			// then this lock guards nothing and a new file must be locked instead.
@@ -70,3 +79,15 @@ func sameFile(f *os.File, path string) (bool, error) {
 
 // unlock releases the lock (closing the file releases the flock).
 func (l *fileLock) unlock() error { return l.f.Close() }
+
+// share turns the exclusive lock into a shared one: others may share it too, while an
+// exclusive lock (removal) still waits for every holder.
+func (l *fileLock) share() error {
+	if err := syscall.Flock(int(l.f.Fd()), syscall.LOCK_SH); err != nil {
+		return fmt.Errorf("share lock: %w", err)
+	}
+	return nil
+}
+
+// openNoFollow makes an open fail on a symbolic link rather than follow it.
+const openNoFollow = syscall.O_NOFOLLOW

@@ -173,10 +173,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	if err != nil {
 		return fail(2, "%v", err)
 	}
+	cache, err := CacheFromConfig(c)
+	if err != nil {
+		return fail(2, "%v", err)
+	}
 	w, err := New(api, ag, log, Config{
 		WorkerID: *workerID, PlanID: *planID, Model: *model, Once: *once, Drain: *drain,
 		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir, WorkspaceDir: *wsDir,
-		Sandbox: cfg.Sandbox, Gate: gate,
+		Sandbox: cfg.Sandbox, Gate: gate, Cache: cache,
 	})
 	if err != nil {
 		return fail(2, "%v", err)
@@ -247,6 +251,22 @@ func GateFromConfig(c *config.Env) (GatePolicy, error) {
 		return GatePolicy{}, err
 	}
 	return GatePolicy{Protected: protected, MaxBytes: int64(maxBytes)}, nil
+}
+
+// CacheFromConfig reads where the box's caches live and how much they may hold:
+// WHILLY_CACHE_DIR (default DefaultCacheDir) and WHILLY_CACHE_MAX_BYTES.
+func CacheFromConfig(c *config.Env) (CachePolicy, error) {
+	maxBytes, err := c.Size(config.CacheMaxBytes)
+	if err != nil {
+		return CachePolicy{}, err
+	}
+	dir := c.String(config.CacheDir)
+	if dir == "" {
+		if dir, err = DefaultCacheDir(); err != nil {
+			return CachePolicy{}, err
+		}
+	}
+	return CachePolicy{Dir: dir, MaxBytes: maxBytes}, nil
 }
 
 // OpenSandbox opens the box of SPEC §16 for agentName's processes from WHILLY_SANDBOX,

@@ -61,9 +61,21 @@ type Config struct {
 	Gate GatePolicy
 	// OnResult, when set, is told about each finished attempt (whilly run's progress).
 	OnResult func(Outcome)
-	// Sandbox is the box the plan's verification commands run in, the one the agent's
-	// processes run in (agent.Config.Sandbox); nil runs them unboxed.
+	// Sandbox is the box the plan's verification commands and the repository's setup
+	// script run in, the one the agent's processes run in (agent.Config.Sandbox); nil
+	// runs them unboxed.
 	Sandbox *sandbox.Sandbox
+	// Cache is where the box's dependency and build caches live and how much they may
+	// hold (CacheFromConfig); without a directory, and for the sim agent, which runs no
+	// process, the worker keeps none.
+	Cache CachePolicy
+}
+
+// CachePolicy is the machine's side of the caches: WHILLY_CACHE_DIR and
+// WHILLY_CACHE_MAX_BYTES (<= 0 is DefaultCacheMaxBytes).
+type CachePolicy struct {
+	Dir      string
+	MaxBytes int64
 }
 
 // Outcome is what became of one attempt.
@@ -116,6 +128,11 @@ type Worker struct {
 	// goroutine. scanned says the workspace directory was read once for older ones.
 	plansOnDisk map[string]bool
 	scanned     bool
+	// caches are the box's dependency and build caches (cache.go); nil keeps none.
+	// evictPending says the last eviction left caches over the limit because they were
+	// in use: it is tried again when the worker is idle.
+	caches       *Caches
+	evictPending bool
 }
 
 // New returns a worker. The client must carry the worker's token.
@@ -139,7 +156,11 @@ func New(api *client.Client, ag agent.Agent, log *slog.Logger, cfg Config) (*Wor
 	log = log.With("worker_id", cfg.WorkerID)
 	ws := NewWorkspaces(cfg.WorkspaceDir, cfg.Git, log)
 	ws.gate = cfg.Gate
-	return &Worker{api: api, agent: ag, log: log, cfg: cfg, ws: ws, plansOnDisk: map[string]bool{}}, nil
+	w := &Worker{api: api, agent: ag, log: log, cfg: cfg, ws: ws, plansOnDisk: map[string]bool{}}
+	if cfg.Cache.Dir != "" && ag.Name() != agent.NameSim {
+		w.caches = NewCaches(cfg.Cache.Dir, cfg.Cache.MaxBytes, log)
+	}
+	return w, nil
 }
 
 // ErrStopped is returned by Run when ctx ends it; what ran was released first.
@@ -211,6 +232,9 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 			planSeen = true
 			if claim == nil {
 				w.removeEndedWorkspaces(ctx)
+				if w.evictPending {
+					w.evictCaches(ctx)
+				}
 				if w.cfg.Drain {
 					drained, err := w.drained(ctx, &sum)
 					if err != nil && fatal(err) {
@@ -462,7 +486,10 @@ func (w *Worker) work(ctx context.Context, log *slog.Logger, c *client.Claim) wo
 		}()
 		workDir, binds = co.Dir, co.Binds()
 	}
-	res, stream, runErr := w.attempt(ctx, c, workDir, binds)
+	res, stream, runErr := w.attempt(ctx, log, c, co, workDir, binds)
+	if w.caches != nil {
+		w.evictCaches(ctx)
+	}
 	r := workResult{res: res, runErr: runErr, log: stream}
 	if co == nil || runErr != nil || !res.Succeeded() || ctx.Err() != nil {
 		return r
@@ -520,6 +547,11 @@ func (w *Worker) removeEndedWorkspaces(ctx context.Context) {
 				w.plansOnDisk[wi.PlanID] = true
 			}
 		}
+		if w.caches != nil {
+			for _, id := range w.caches.Plans() {
+				w.plansOnDisk[id] = true
+			}
+		}
 	}
 	for id := range w.plansOnDisk {
 		p, err := w.api.GetPlan(ctx, id)
@@ -537,6 +569,9 @@ func (w *Worker) removeEndedWorkspaces(ctx context.Context) {
 		}
 		rmCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err = w.ws.Remove(rmCtx, id)
+		if err == nil && w.caches != nil {
+			err = w.caches.RemovePlan(rmCtx, id)
+		}
 		cancel()
 		if err != nil {
 			w.log.WarnContext(ctx, "remove the workspace of an ended plan", "plan_id", id, "error", err)
@@ -549,9 +584,11 @@ func (w *Worker) removeEndedWorkspaces(ctx context.Context) {
 
 var errLeaseLost = errors.New("lease lost")
 
-// attempt builds the prompt, runs the agent in workDir and the plan's verification
-// commands, both with binds (what the checkout's box needs besides workDir).
-func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string, binds []sandbox.Bind) (agent.Result, *logStream, error) {
+// attempt builds the prompt, opens the plan's cache (running the repository's setup
+// script when it is due), runs the agent in workDir (co's, when the claim has a
+// workspace) and the plan's verification commands, both with binds (what the checkout's
+// box needs besides workDir) and the cache's.
+func (w *Worker) attempt(ctx context.Context, log *slog.Logger, c *client.Claim, co *Checkout, workDir string, binds []sandbox.Bind) (agent.Result, *logStream, error) {
 	t := c.Task
 	in := agent.NewPromptInput(c.Plan.ID, c.Plan.Name, plan.Task{
 		ID: t.ID, Priority: t.Priority, Description: t.Description, Dependencies: t.Dependencies,
@@ -576,19 +613,34 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string, b
 	streamCtx, stopStream := context.WithCancel(ctx)
 	var uploader sync.WaitGroup
 	uploader.Go(func() { stream.run(streamCtx) })
-	res, err := w.agent.Run(ctx, agent.Request{
-		Prompt:  prompt,
-		WorkDir: workDir,
-		Binds:   binds,
-		Env: []string{"WHILLY_PLAN_ID=" + t.PlanID, "WHILLY_TASK_ID=" + t.ID,
-			fmt.Sprintf("WHILLY_ATTEMPT=%d", t.Attempt), "WHILLY_WORKER_ID=" + w.cfg.WorkerID},
+	logW := newFanOut(logFile, stream)
+	req := agent.Request{
+		Prompt:         prompt,
+		WorkDir:        workDir,
+		Binds:          binds,
+		Env:            w.taskEnv(c),
 		Model:          w.cfg.Model,
 		BudgetCap:      c.Plan.RemainingUSD,
 		Timeout:        w.cfg.AgentTimeout,
-		Log:            newFanOut(logFile, stream),
+		Log:            logW,
 		Secrets:        w.secrets(c),
 		OnEgressDenied: func(d sandbox.Denial) { w.egressDenied(ctx, c, d) },
-	})
+	}
+	var res agent.Result
+	pc, cacheEnv, cacheBinds, failed := w.openCache(ctx, log, c, co, workDir, logW)
+	if pc != nil {
+		defer func() {
+			if err := pc.Close(); err != nil {
+				log.WarnContext(ctx, "let the plan's cache go", "error", err)
+			}
+		}()
+		req.Env, req.Binds = append(req.Env, cacheEnv...), append(req.Binds, cacheBinds...)
+	}
+	if failed != nil {
+		res = *failed
+	} else {
+		res, err = w.agent.Run(ctx, req)
+	}
 	stopStream()
 	uploader.Wait()
 	if err == nil && res.Sandbox != "" {
@@ -601,8 +653,16 @@ func (w *Worker) attempt(ctx context.Context, c *client.Claim, workDir string, b
 	for i, v := range c.Plan.Verify {
 		cmds[i] = plan.Verify(v)
 	}
-	res.ApplyVerify(agent.RunVerify(ctx, w.cfg.Sandbox, workDir, binds, cmds, 0))
+	// With the attempt's caches: what the agent downloaded, the checks need not again.
+	res.ApplyVerify(agent.RunVerifyIn(ctx, w.cfg.Sandbox, sandbox.Spec{Dir: workDir, Env: cacheEnv, Binds: req.Binds}, cmds, 0))
 	return res, stream, nil
+}
+
+// taskEnv is whilly's context for the attempt's processes.
+func (w *Worker) taskEnv(c *client.Claim) []string {
+	t := c.Task
+	return []string{"WHILLY_PLAN_ID=" + t.PlanID, "WHILLY_TASK_ID=" + t.ID,
+		fmt.Sprintf("WHILLY_ATTEMPT=%d", t.Attempt), "WHILLY_WORKER_ID=" + w.cfg.WorkerID}
 }
 
 // secrets are the values the agent's log must never show, whatever their shape: the
