@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -115,54 +116,64 @@ func TestRealProjectsBuildAndTestInTheBoxOfAWorkerAtItsDefaults(t *testing.T) {
 	// As the project's repository would have it: what npm install makes is not source.
 	npmFiles[".gitignore"] = "node_modules/\npackage-lock.json\n"
 	gh.AddGitRepo(realNpmRepo, "main", npmFiles)
-	type realPlan struct {
+	// Plan x-b runs while plan x-a is still under way on the same worker (its second task
+	// waits): x-a's caches are on the worker's disk, and must stay out of x-b's box.
+	plans := []struct {
 		id, repo string
 		issue    int
 		tasks    int
-	}
-	first := []realPlan{{"go-a", realGoRepo, 1, 2}, {"npm-a", realNpmRepo, 1, 2}}
-	second := []realPlan{{"go-b", realGoRepo, 2, 1}, {"npm-b", realNpmRepo, 2, 1}}
-	for _, p := range append(slices.Clone(first), second...) {
+	}{{"go-a", realGoRepo, 1, 2}, {"go-b", realGoRepo, 2, 1}, {"npm-a", realNpmRepo, 1, 2}, {"npm-b", realNpmRepo, 2, 1}}
+	for _, p := range plans {
 		gh.AddIssue(p.repo, p.issue, "Build and test "+p.id, "Build the project and run its tests.", "octocat")
 	}
 
 	c := newCluster(t, appEnv(gh, "WHILLY_GITHUB_WEBHOOK_SECRET=s")...)
 	base := c.serveOne()
+	for _, p := range plans {
+		c.importRepoPlan(p.id, p.repo, p.issue, p.tasks)
+	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "agent.sh")
 	if err := os.WriteFile(script, []byte(realAgent), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// A fresh user's HOME: the worker's defaults (workspaces, caches) lie under it.
-	home := filepath.Join(dir, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	w := c.worker("worker", base, []string{"HOME=" + home, "WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script})
-
-	run := func(ps []realPlan) {
-		t.Helper()
-		for _, p := range ps {
-			c.importRepoPlan(p.id, p.repo, p.issue, p.tasks)
+	// Two machines, one per project, each a worker with a fresh user's HOME (its
+	// workspaces and caches lie under it by default) started again for each step, as an
+	// operator restarts whilly-worker: --plan and --once order the tasks of the plans.
+	type machine struct{ name, id, token, home, data string }
+	newMachine := func(name string) machine {
+		m := machine{name: name, home: filepath.Join(dir, name, "home"), data: filepath.Join(dir, name, "data")}
+		for _, d := range []string{m.home, m.data} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
 		}
-		testkit.Eventually(t, 4*time.Minute, fmt.Sprintf("plans %v to end", ps), func() bool {
-			if w.exited() {
-				t.Fatalf("the worker exited: %v", w.state)
-			}
-			for _, p := range ps {
-				if st := c.planStatus(p.id); st != "DONE" && st != "FAILED" {
-					return false
-				}
-			}
-			return true
-		})
+		m.id, m.token = c.register(base)
+		return m
 	}
-	start := time.Now()
-	run(first)
-	t.Logf("the first plans ended after %v", time.Since(start).Round(time.Second))
-	// Only now: the other plans must find the first ones' caches already written.
-	run(second)
-	t.Logf("every plan ended after %v", time.Since(start).Round(time.Second))
+	goBox, npmBox := newMachine("go-worker"), newMachine("npm-worker")
+	step := func(n int, runs map[machine]string) {
+		t.Helper()
+		var ws []workerProc
+		for m, planID := range runs {
+			ws = append(ws, c.startWorker(fmt.Sprintf("%s step %d (%s)", m.name, n, planID), base, m.id, m.token,
+				[]string{"HOME=" + m.home, "WHILLY_DATA_DIR=" + m.data, "WHILLY_AGENT=command", "WHILLY_AGENT_CMD=" + script},
+				"--plan", planID, "--once", "--drain"))
+		}
+		for _, w := range ws {
+			w.wait(t, 5*time.Minute)
+		}
+	}
+	begin := time.Now()
+	step(1, map[machine]string{goBox: "go-a", npmBox: "npm-a"})
+	for _, m := range []machine{goBox, npmBox} {
+		if found := markers(t, m.home); len(found) == 0 {
+			t.Errorf("%s: no whilly-e2e-marker under the worker's HOME after the first task: the plan's caches were not kept on the worker", m.name)
+		}
+	}
+	step(2, map[machine]string{goBox: "go-b", npmBox: "npm-b"})
+	step(3, map[machine]string{goBox: "go-a", npmBox: "npm-a"})
+	t.Logf("the three steps took %v", time.Since(begin).Round(time.Second))
 
 	want := map[string]string{
 		"go-a/T001":  "go build and go test of " + realGoModule + " (its permission tests need a non-root uid) in the box",
@@ -188,7 +199,7 @@ func TestRealProjectsBuildAndTestInTheBoxOfAWorkerAtItsDefaults(t *testing.T) {
 			t.Errorf("%s ran with sandbox %q, want %s", key, sb, sandbox.ModeBwrap)
 		}
 	}
-	for _, p := range append(first, second...) {
+	for _, p := range plans {
 		if st := c.planStatus(p.id); st != "DONE" {
 			t.Errorf("plan %s is %s, want DONE", p.id, st)
 		}
@@ -280,6 +291,25 @@ func (c *cluster) deniedHosts(planID, taskID string) []string {
 	}
 	if err := rows.Err(); err != nil {
 		c.t.Fatal(err)
+	}
+	return out
+}
+
+// markers lists the files named whilly-e2e-marker under dir.
+func markers(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // an unreadable corner is not where the caches are
+		}
+		if !d.IsDir() && d.Name() == "whilly-e2e-marker" {
+			out = append(out, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
