@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,13 +184,7 @@ func TestRealProjectsBuildAndTestInTheBoxOfAWorkerAtItsDefaults(t *testing.T) {
 		"npm-a/T002": "npm install --offline and npm test of the same plan: its npm cache was kept",
 		"npm-b/T001": "another plan of the repository sees nothing the first wrote into its npm cache",
 	}
-	for _, key := range slices.Sorted(func(yield func(string) bool) {
-		for k := range want {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, key := range slices.Sorted(maps.Keys(want)) {
 		planID, taskID, _ := strings.Cut(key, "/")
 		tr := c.task(planID, taskID)
 		if tr.status != "DONE" || tr.attempts != 1 {
