@@ -164,7 +164,7 @@ func untarPackage(tarball, dir string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	gz, err := gzip.NewReader(f)
 	if err != nil {
 		return err
@@ -242,12 +242,14 @@ func unreachable(t testing.TB, registry string, err error) {
 // else but regular files and directories fails the test rather than being lost.
 func ProjectFiles(t testing.TB, dir string) map[string]string {
 	t.Helper()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	defer func() { _ = root.Close() }()
+	fsys := root.FS()
 	files := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
+	err = fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -259,15 +261,15 @@ func ProjectFiles(t testing.TB, dir string) map[string]string {
 		case d.IsDir():
 			return nil
 		case !info.Mode().IsRegular():
-			return fmt.Errorf("%s is not a regular file (%v)", rel, info.Mode().Type())
+			return fmt.Errorf("%s is not a regular file (%v)", p, info.Mode().Type())
 		case info.Mode()&0o111 != 0:
-			return fmt.Errorf("%s is executable: its mode would be lost", rel)
+			return fmt.Errorf("%s is executable: its mode would be lost", p)
 		}
-		b, err := os.ReadFile(p)
+		b, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			return err
 		}
-		files[filepath.ToSlash(rel)] = string(b)
+		files[p] = string(b)
 		return nil
 	})
 	if err != nil {
