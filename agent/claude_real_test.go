@@ -94,10 +94,12 @@ func TestRealCodexStartsInTheSandbox(t *testing.T) {
 }
 
 // fakeMessagesAPI is a scripted Anthropic Messages API: the agent loop's first turn asks
-// for a Write of hello.txt in the workspace, the second for a Bash `go version`, the third
-// ends the task. Requests without tools (Claude Code's side questions) get a short text.
+// for a Write of hello.txt in the workspace, the second for a Bash `go version` (or the
+// command in bash), the third ends the task. Requests without tools (Claude Code's side
+// questions) get a short text.
 type fakeMessagesAPI struct {
-	ws string
+	ws   string
+	bash string // the Bash call's command; "" is go version
 
 	mu          sync.Mutex
 	toolResults []map[string]any
@@ -154,8 +156,13 @@ func (f *fakeMessagesAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		block = map[string]any{"type": "tool_use", "id": "toolu_write", "name": "Write",
 			"input": map[string]any{"file_path": filepath.Join(f.ws, "hello.txt"), "content": "written in the box\n"}}
 	case len(results) == 1:
-		block = map[string]any{"type": "tool_use", "id": "toolu_bash", "name": "Bash",
-			"input": map[string]any{"command": "go version", "description": "Print the Go version"}}
+		input := map[string]any{"command": "go version", "description": "Print the Go version"}
+		if f.bash != "" {
+			// The longest timeout the tool takes: a cold build cache compiles the
+			// standard library first.
+			input = map[string]any{"command": f.bash, "description": "Run the command", "timeout": 600000}
+		}
+		block = map[string]any{"type": "tool_use", "id": "toolu_bash", "name": "Bash", "input": input}
 	default:
 		block, stop = map[string]any{"type": "text", "text": "Wrote hello.txt and ran go version. " + CompletionMarker}, "end_turn"
 	}

@@ -300,6 +300,12 @@ type workerProc struct {
 func (c *cluster) worker(name, base string, env []string, args ...string) workerProc {
 	c.t.Helper()
 	id, token := c.register(base)
+	return c.startWorker(name, base, id, token, env, args...)
+}
+
+// startWorker starts whilly-worker as the registered worker id (again, for a restart).
+func (c *cluster) startWorker(name, base, id, token string, env []string, args ...string) workerProc {
+	c.t.Helper()
 	e := append([]string{"WHILLY_CONTROL_URL=" + base, "WHILLY_WORKER_TOKEN=" + token, "WHILLY_WORKER_ID=" + id}, env...)
 	return workerProc{proc: start(c.t, name, bins.worker, e, args...), id: id}
 }

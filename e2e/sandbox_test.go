@@ -3,7 +3,6 @@
 package e2e_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/internal/testkit"
-	"github.com/whilly-go/whilly/sandbox"
 )
 
 // A worker killed with SIGKILL while its agent runs in the sandbox: the box dies with it,
@@ -20,12 +18,7 @@ import (
 // in the workspace until it is gone.
 func TestSIGKILLedWorkersSandboxDiesWithIt(t *testing.T) {
 	t.Parallel()
-	if err := sandbox.Check(context.Background()); err != nil {
-		if os.Getenv("WHILLY_TEST_SANDBOX") == "require" {
-			t.Fatalf("the sandbox must work here: %v", err)
-		}
-		t.Skipf("bubblewrap does not work here: %v", err)
-	}
+	requireSandbox(t)
 	c := newCluster(t, "WHILLY_LEASE_TTL=2s")
 	base := c.serveOne()
 	c.importPlan(base, planDoc("boxkill", 1, 0))
