@@ -138,7 +138,7 @@ func (p cgroupParent) create(name string, memory int64, pids int) (*cgroup, erro
 		}
 	}
 	for _, s := range settings {
-		if err := writeCgroup(s.file, s.value); err != nil && !(s.optional && errors.Is(err, os.ErrNotExist)) {
+		if err := writeCgroup(s.file, s.value); err != nil && (!s.optional || !errors.Is(err, os.ErrNotExist)) {
 			g.remove()
 			return nil, fmt.Errorf("limit the box's cgroup: %w", err)
 		}

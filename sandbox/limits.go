@@ -58,7 +58,7 @@ func runLimits(args []string) int {
 		fmt.Fprintln(os.Stderr, "whilly sandbox: usage: init "+limitsArg+" [--cgroup PROCS]… [--as BYTES] -- BWRAP ARGS…")
 		return 125
 	}
-	err := syscall.Exec(args[1], args[1:], os.Environ())
+	err := syscall.Exec(args[1], args[1:], os.Environ()) // #nosec G702 -- the worker's own bwrap command line, built by Prepare
 	fmt.Fprintf(os.Stderr, "whilly sandbox: run %s: %v\n", args[1], err)
 	return 126
 }

@@ -25,16 +25,14 @@ func init() { testProbes[probeSyscallsArg] = probeSyscalls }
 // probeSyscalls prints "name errno" for each refused call it tries ("ok" when it worked).
 func probeSyscalls() int {
 	res := func(name string, err error) {
+		var en syscall.Errno
 		switch {
 		case err == nil:
 			fmt.Println(name, "ok")
+		case errors.As(err, &en):
+			fmt.Println(name, unix.ErrnoName(en))
 		default:
-			var en syscall.Errno
-			if errors.As(err, &en) {
-				fmt.Println(name, unix.ErrnoName(en))
-			} else {
-				fmt.Println(name, err)
-			}
+			fmt.Println(name, err)
 		}
 	}
 	raw := func(name string, nr uintptr, a ...uintptr) {

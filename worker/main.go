@@ -299,7 +299,7 @@ func OpenSandbox(ctx context.Context, getenv func(string) string, agentName stri
 	default:
 		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", "agent", agentName, "net", sb.Net(), "limits", sb.LimitsNote())
 		if !sb.LimitsEnforced() {
-			log.WarnContext(ctx, "sandbox limits are a best effort: "+sb.LimitsNote(), "agent", agentName)
+			log.WarnContext(ctx, "sandbox limits are a best effort", "limits", sb.LimitsNote(), "agent", agentName)
 		}
 		if hidden := sandbox.HiddenPath(getenv("PATH"), getenv("HOME"), set.Tools); len(hidden) > 0 {
 			log.WarnContext(ctx, "agents in the box do not see these PATH entries (relative, or under HOME); add a toolchain among them to WHILLY_SANDBOX_TOOLS",

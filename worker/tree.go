@@ -21,15 +21,21 @@ const maxTreeReasons = 20
 // scrubTree removes what git must not meet in a work tree an earlier attempt left: any
 // .git below the top, FIFOs, sockets and devices.
 func scrubTree(dir string) error {
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("clean the work tree: %w", err)
+	}
+	defer func() { _ = root.Close() }()
+	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if p == dir {
+		if p == "." {
 			return nil
 		}
-		if strings.EqualFold(d.Name(), ".git") || !(d.IsDir() || d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0) {
-			if err := os.RemoveAll(p); err != nil {
+		keep := d.IsDir() || d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0
+		if strings.EqualFold(d.Name(), ".git") || !keep {
+			if err := root.RemoveAll(p); err != nil {
 				return err
 			}
 			if d.IsDir() {

@@ -322,7 +322,7 @@ func runTrue(ctx context.Context, sb *sandbox.Sandbox, bin, dir string) (runTime
 		return t, fmt.Errorf("prepare a run of %s (%s): %w", bin, sb.Mode(), err)
 	}
 	t.prepare = time.Since(start)
-	cmd := exec.CommandContext(ctx, c.Path, c.Args...) //nolint:gosec // G204: the sandbox's own command line for true
+	cmd := exec.CommandContext(ctx, c.Path, c.Args...)
 	var out bytes.Buffer
 	cmd.Dir, cmd.Env, cmd.ExtraFiles, cmd.Stdout, cmd.Stderr = c.Dir, c.Env, c.ExtraFiles, &out, &out
 	if err = cmd.Start(); err == nil {
@@ -341,7 +341,7 @@ func runTrue(ctx context.Context, sb *sandbox.Sandbox, bin, dir string) (runTime
 // gitOut runs git in dir, isolated from the machine's configuration, and returns its
 // output trimmed.
 func gitOut(ctx context.Context, dir string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "git", args...) //nolint:gosec // G204: the bench's own git commands
+	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
 	out, err := cmd.Output()
 	if err != nil {

@@ -87,7 +87,7 @@ func generateRepo(ctx context.Context, dir string, o WorkspaceOptions) (Workspac
 	// Every blob is larger than the delta threshold, so fast-import streams it to the
 	// pack without looking for a delta, which random content would not give; level 0
 	// deflate, as any level would store it uncompressed anyway.
-	cmd := exec.CommandContext(ctx, "git", "-c", "core.compression=0", "-c", "pack.compression=0", //nolint:gosec // G204: fixed arguments
+	cmd := exec.CommandContext(ctx, "git", "-c", "core.compression=0", "-c", "pack.compression=0",
 		"fast-import", "--quiet", "--big-file-threshold=512")
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
 	var stderr strings.Builder
