@@ -288,16 +288,17 @@ func OpenSandbox(ctx context.Context, getenv func(string) string, agentName stri
 		log.InfoContext(ctx, "sandbox does not work here; the sim agent runs no process and needs none", "agent", agentName)
 	case !sb.Boxed():
 		log.WarnContext(ctx, "WHILLY_SANDBOX=none: agents run unboxed, as this user, with this machine's files and network", "agent", agentName)
-	case sb.Net() == sandbox.NetProxy:
-		registries := sandbox.RegistriesOff
-		if sb.Registries() {
-			registries = sandbox.RegistriesAuto
-		}
-		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", "agent", agentName, "net", sb.Net(),
-			"allowed_hosts", strings.Join(sb.AllowedHosts(agentName, getenv), ","), "registries", registries,
-			"upstream_proxy", sandbox.WorkerProxies(getenv))
 	default:
-		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", "agent", agentName, "net", sb.Net(), "limits", sb.LimitsNote())
+		attrs := []any{"agent", agentName, "net", sb.Net(), "limits", sb.LimitsNote()}
+		if sb.Net() == sandbox.NetProxy {
+			registries := sandbox.RegistriesOff
+			if sb.Registries() {
+				registries = sandbox.RegistriesAuto
+			}
+			attrs = append(attrs, "allowed_hosts", strings.Join(sb.AllowedHosts(agentName, getenv), ","),
+				"registries", registries, "upstream_proxy", sandbox.WorkerProxies(getenv))
+		}
+		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", attrs...)
 		if !sb.LimitsEnforced() {
 			log.WarnContext(ctx, "sandbox limits are a best effort", "limits", sb.LimitsNote(), "agent", agentName)
 		}
