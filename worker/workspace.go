@@ -982,8 +982,8 @@ func (g git) scrub(s string) string {
 	return s
 }
 
-// env is the environment of a git command (git outside the box, clean): the
-// worker's, without git's own variables and without HOME, plus an empty HOME, no system
+// env is the environment of a git command (git outside the box, clean): of the worker's,
+// only what keptVar and keptGitVar allow, plus an empty HOME, no system
 // or global configuration (so nothing an agent wrote to ~/.gitconfig, ~/.config/git or
 // $GIT_CONFIG_GLOBAL counts), replace refs and grafts ignored, and whilly's settings as
 // GIT_CONFIG_* entries: hooks off, no fsmonitor, no credential helper, ext:: refused.
@@ -992,11 +992,9 @@ func (g git) scrub(s string) string {
 func (g git) env(remote bool, home string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if (strings.HasPrefix(name, "GIT_") && !keptGitVar(name)) || name == "HOME" || name == "XDG_CONFIG_HOME" {
-			continue
+		if name, _, _ := strings.Cut(kv, "="); keptGitVar(name) || keptVar(name) {
+			env = append(env, kv)
 		}
-		env = append(env, kv)
 	}
 	name, email := g.spec.AuthorName, g.spec.AuthorEmail
 	if name == "" {
@@ -1028,6 +1026,21 @@ func (g git) env(remote bool, home string) []string {
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
 	}
 	return env
+}
+
+// keptVar reports the variables of the worker's environment, besides git's own, that its
+// git commands get: what git needs to find its programs and reach the remote (the proxy,
+// TLS settings, the worker's own SSH agent for ssh:// URLs). The rest — the worker's
+// token, the agents' keys, anything else of the worker's — never reaches git nor a
+// program git starts.
+func keptVar(name string) bool {
+	switch strings.ToUpper(name) {
+	case "PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME",
+		"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY",
+		"SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", "SSH_AUTH_SOCK":
+		return true
+	}
+	return strings.HasPrefix(name, "LC_")
 }
 
 // keptGitVar reports the git variables of the worker's environment that git still sees:
