@@ -20,8 +20,6 @@ import (
 // filter refuses and print how each ended.
 const probeSyscallsArg = "__whilly_test_syscalls"
 
-func init() { testProbes[probeSyscallsArg] = probeSyscalls }
-
 // probeSyscalls prints "name errno" for each refused call it tries ("ok" when it worked).
 func probeSyscalls() int {
 	res := func(name string, err error) {
