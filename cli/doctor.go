@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/agent"
+	ghapp "github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/migrations"
 	"github.com/whilly-go/whilly/queue"
@@ -265,13 +266,14 @@ func doctorSandboxPath(getenv func(string) string, rep *doctorReport) {
 
 func (a *app) doctorGitHub(ctx context.Context, rep *doctorReport) {
 	env, hasApp, err := a.readGitHubEnv()
+	var f *ghapp.Factory // the App's, when GitHub accepts its JWT
 	switch {
 	case err != nil:
 		rep.add("github app", checkFail, "%v", err)
 	case !hasApp:
 		rep.add("github app", checkSkip, "not configured: set WHILLY_GITHUB_APP_ID and WHILLY_GITHUB_PRIVATE_KEY, or run whilly app create")
 	default:
-		a.doctorAppJWT(ctx, rep, env)
+		f = a.doctorAppJWT(ctx, rep, env)
 	}
 	switch {
 	case len(env.secret) > 0:
@@ -293,27 +295,35 @@ func (a *app) doctorGitHub(ctx context.Context, rep *doctorReport) {
 	default:
 		rep.add("public url", checkSkip, "WHILLY_PUBLIC_URL is not set")
 	}
+	if f == nil {
+		rep.add(ciSecretsCheck, checkSkip, "needs the GitHub App (see github app)")
+		return
+	}
+	doctorWorkflows(ctx, rep, f, ghapp.DefaultWorkflowScanLimits)
 }
 
-func (a *app) doctorAppJWT(ctx context.Context, rep *doctorReport, env githubEnv) {
+// doctorAppJWT checks that GitHub accepts the App's JWT and returns the App's factory
+// when it does.
+func (a *app) doctorAppJWT(ctx context.Context, rep *doctorReport, env githubEnv) *ghapp.Factory {
 	f, err := env.factory(true)
 	if err != nil {
 		rep.add("github app", checkFail, "%v", err)
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	ac, err := f.App(ctx)
 	if err != nil {
 		rep.add("github app", checkFail, "%v", err)
-		return
+		return nil
 	}
 	self, err := ac.Self(ctx)
 	if err != nil {
 		rep.add("github app", checkFail, "App %d: GitHub refused its JWT or could not be reached (%v): check WHILLY_GITHUB_APP_ID, the private key and WHILLY_GITHUB_API_URL", env.appID, err)
-		return
+		return nil
 	}
 	rep.add("github app", checkOK, "App %s (id %d): GitHub accepts its JWT", self.Slug, self.ID)
+	return f
 }
 
 // doctorPublicURL asks the control plane for its /healthz through the public URL, as

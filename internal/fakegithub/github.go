@@ -159,6 +159,7 @@ type fakeRepo struct {
 	gitDir        string // bare repository (AddGitRepo); "" when git is not served
 	pulls         map[int]*FakePull
 	dispatches    []FakeDispatch
+	files         map[string]string // path → content, for the contents API (SetFile)
 }
 
 type fakeLabel struct{ Name, Color, Description string }
@@ -203,7 +204,7 @@ func New(errorf func(format string, args ...any)) (*GitHub, error) {
 		writesAt:      map[int64][]time.Time{},
 		tokenTTL:      time.Hour,
 	}
-	g.routes = append(append(g.oauthRoutes(), g.checkRoutes()...), g.routeTable()...)
+	g.routes = append(append(append(g.oauthRoutes(), g.checkRoutes()...), g.contentRoutes()...), g.routeTable()...)
 	g.Server = httptest.NewServer(http.HandlerFunc(g.serve))
 	return g, nil
 }
