@@ -61,9 +61,12 @@ func (a *app) doctorCommand() *cobra.Command {
 each agent whilly is configured to use (WHILLY_AGENT, default claude, and WHILLY_PLANNER)
 found with its version, and logged in or its API key set; the sandbox (bubblewrap)
 usable, and which PATH entries agents in it do not see; the GitHub App's configuration complete and its JWT accepted by GitHub (GET
-/app); the webhook secret set; and WHILLY_PUBLIC_URL reachable from this machine
-(its /healthz answers). Checks of what is not configured on purpose (no App, a local
-setup) are skipped. It exits 1 when a check fails; it changes nothing, except that with
+/app); the webhook secret set; WHILLY_PUBLIC_URL reachable from this machine
+(its /healthz answers); and, with the App, the workflows of its repositories (the
+first 100, 50 files each) that would run the agent's code with secrets: a push to
+whilly/**, whilly's pull requests, or workflow_run after those (ci secrets, one warning
+each). Checks of what is not configured on purpose (no App, a local setup) are
+skipped; a warning is no failure. It exits 1 when a check fails; it changes nothing, except that with
 WHILLY_DATABASE_URL unset it starts the embedded database, as every command does.`,
 		Example: `  whilly doctor
   whilly doctor --json`,

@@ -24,7 +24,8 @@ import (
 
 // GitHub is a stateful fake of the GitHub endpoints whilly calls: installation tokens
 // (repository-scoped ones too), issues, labels, comments, reactions, collaborator
-// permissions, the App's webhook deliveries, repositories, pull requests (with the one
+// permissions, the App's webhook deliveries and installations, repositories and their
+// files (SetFile, github_contents.go), pull requests (with the one
 // GraphQL mutation whilly sends), repository_dispatch, and git itself over smart HTTP
 // for repositories made with AddGitRepo (see github_pulls.go). Clients reach it through
 // the real go-github and ghinstallation code and real git: App requests must carry a JWT
