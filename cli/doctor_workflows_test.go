@@ -179,3 +179,29 @@ func TestDoctorSaysWhenTheWorkflowScanStopsAtItsBound(t *testing.T) {
 		t.Errorf("doctor lines:\n%s", all)
 	}
 }
+
+// A repository whose workflows cannot be listed is named as not checked (a warning),
+// and the others are still read.
+func TestDoctorNamesTheRepositoriesItCouldNotRead(t *testing.T) {
+	t.Parallel()
+	gh := testkit.NewGitHub(t)
+	gh.Install(9, "acme/a", "acme/b")
+	gh.SetFile("acme/a", ".github/workflows/ci.yml", "on: push\njobs: {x: {runs-on: x, steps: [{run: 'echo ${{ secrets.K }}'}]}}\n")
+	gh.SetFile("acme/b", ".github/workflows/ci.yml", "on: push\n")
+	gh.Fail(testkit.Fault{Method: "GET", Path: "/repos/acme/b/contents/.*", Status: 403})
+	f, err := githubEnv{appID: gh.AppID, key: gh.KeyPEM, apiURL: gh.URL()}.factory(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &doctorReport{}
+	doctorWorkflows(t.Context(), rep, f, ghapp.DefaultWorkflowScanLimits)
+	var got []string
+	for _, c := range rep.Checks {
+		got = append(got, c.Status+" "+c.Detail)
+	}
+	all := strings.Join(got, "\n")
+	if len(got) != 2 || !strings.HasPrefix(got[0], "warn acme/a .github/workflows/ci.yml reads secrets.K") ||
+		!strings.HasPrefix(got[1], "warn not checked: list .github/workflows of acme/b: GitHub answered HTTP 403") {
+		t.Errorf("doctor lines:\n%s", all)
+	}
+}
