@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/agent"
+	ghapp "github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/migrations"
 	"github.com/whilly-go/whilly/queue"
@@ -60,9 +61,12 @@ func (a *app) doctorCommand() *cobra.Command {
 each agent whilly is configured to use (WHILLY_AGENT, default claude, and WHILLY_PLANNER)
 found with its version, and logged in or its API key set; the sandbox (bubblewrap)
 usable, and which PATH entries agents in it do not see; the GitHub App's configuration complete and its JWT accepted by GitHub (GET
-/app); the webhook secret set; and WHILLY_PUBLIC_URL reachable from this machine
-(its /healthz answers). Checks of what is not configured on purpose (no App, a local
-setup) are skipped. It exits 1 when a check fails; it changes nothing, except that with
+/app); the webhook secret set; WHILLY_PUBLIC_URL reachable from this machine
+(its /healthz answers); and, with the App, the workflows of its repositories (the
+first 100, 50 files each) that would run the agent's code with secrets: a push to
+whilly/**, whilly's pull requests, or workflow_run after those (ci secrets, one warning
+each). Checks of what is not configured on purpose (no App, a local setup) are
+skipped; a warning is no failure. It exits 1 when a check fails; it changes nothing, except that with
 WHILLY_DATABASE_URL unset it starts the embedded database, as every command does.`,
 		Example: `  whilly doctor
   whilly doctor --json`,
@@ -265,13 +269,14 @@ func doctorSandboxPath(getenv func(string) string, rep *doctorReport) {
 
 func (a *app) doctorGitHub(ctx context.Context, rep *doctorReport) {
 	env, hasApp, err := a.readGitHubEnv()
+	var f *ghapp.Factory // the App's, when GitHub accepts its JWT
 	switch {
 	case err != nil:
 		rep.add("github app", checkFail, "%v", err)
 	case !hasApp:
 		rep.add("github app", checkSkip, "not configured: set WHILLY_GITHUB_APP_ID and WHILLY_GITHUB_PRIVATE_KEY, or run whilly app create")
 	default:
-		a.doctorAppJWT(ctx, rep, env)
+		f = a.doctorAppJWT(ctx, rep, env)
 	}
 	switch {
 	case len(env.secret) > 0:
@@ -293,27 +298,35 @@ func (a *app) doctorGitHub(ctx context.Context, rep *doctorReport) {
 	default:
 		rep.add("public url", checkSkip, "WHILLY_PUBLIC_URL is not set")
 	}
+	if f == nil {
+		rep.add(ciSecretsCheck, checkSkip, "needs the GitHub App (see github app)")
+		return
+	}
+	doctorWorkflows(ctx, rep, f, ghapp.DefaultWorkflowScanLimits)
 }
 
-func (a *app) doctorAppJWT(ctx context.Context, rep *doctorReport, env githubEnv) {
+// doctorAppJWT checks that GitHub accepts the App's JWT and returns the App's factory
+// when it does.
+func (a *app) doctorAppJWT(ctx context.Context, rep *doctorReport, env githubEnv) *ghapp.Factory {
 	f, err := env.factory(true)
 	if err != nil {
 		rep.add("github app", checkFail, "%v", err)
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	ac, err := f.App(ctx)
 	if err != nil {
 		rep.add("github app", checkFail, "%v", err)
-		return
+		return nil
 	}
 	self, err := ac.Self(ctx)
 	if err != nil {
 		rep.add("github app", checkFail, "App %d: GitHub refused its JWT or could not be reached (%v): check WHILLY_GITHUB_APP_ID, the private key and WHILLY_GITHUB_API_URL", env.appID, err)
-		return
+		return nil
 	}
 	rep.add("github app", checkOK, "App %s (id %d): GitHub accepts its JWT", self.Slug, self.ID)
+	return f
 }
 
 // doctorPublicURL asks the control plane for its /healthz through the public URL, as

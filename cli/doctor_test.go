@@ -76,7 +76,7 @@ func TestDoctorOnAHealthySetup(t *testing.T) {
 		t.Fatalf("doctor: exit %d\n%s", code, text)
 	}
 	t.Logf("doctor:\n%s", text)
-	want := []string{"configuration", "postgres", "migrations", "agent claude", "agent claude login", "sandbox", "sandbox path", "github app", "webhook secret", "public url"}
+	want := []string{"configuration", "postgres", "migrations", "agent claude", "agent claude login", "sandbox", "sandbox path", "github app", "webhook secret", "public url", "ci secrets"}
 	if len(rep.Checks) != len(want) {
 		t.Fatalf("checks:\n%s", text)
 	}
@@ -138,7 +138,7 @@ func TestDoctorOnABrokenSetup(t *testing.T) {
 	want := map[string]string{
 		"configuration": checkFail, "postgres": checkOK, "migrations": checkFail, "agent codex": checkFail, "agent codex login": checkSkip,
 		"agent claude": checkOK, "agent claude login": checkFail, "sandbox": checkFail,
-		"github app": checkFail, "webhook secret": checkFail, "public url": checkFail,
+		"github app": checkFail, "webhook secret": checkFail, "public url": checkFail, "ci secrets": checkSkip,
 	}
 	got := statuses(rep)
 	for name, st := range want {
@@ -155,7 +155,7 @@ func TestDoctorOnABrokenSetup(t *testing.T) {
 			t.Errorf("the output does not say %q:\n%s", s, text)
 		}
 	}
-	if !strings.Contains(text, "whilly: 8 of 11 checks failed.") {
+	if !strings.Contains(text, "whilly: 8 of 12 checks failed.") {
 		t.Errorf("no summary on stderr:\n%s", text)
 	}
 }

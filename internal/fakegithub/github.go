@@ -24,7 +24,8 @@ import (
 
 // GitHub is a stateful fake of the GitHub endpoints whilly calls: installation tokens
 // (repository-scoped ones too), issues, labels, comments, reactions, collaborator
-// permissions, the App's webhook deliveries, repositories, pull requests (with the one
+// permissions, the App's webhook deliveries and installations, repositories and their
+// files (SetFile, github_contents.go), pull requests (with the one
 // GraphQL mutation whilly sends), repository_dispatch, and git itself over smart HTTP
 // for repositories made with AddGitRepo (see github_pulls.go). Clients reach it through
 // the real go-github and ghinstallation code and real git: App requests must carry a JWT
@@ -159,6 +160,7 @@ type fakeRepo struct {
 	gitDir        string // bare repository (AddGitRepo); "" when git is not served
 	pulls         map[int]*FakePull
 	dispatches    []FakeDispatch
+	files         map[string]string // path → content, for the contents API (SetFile)
 }
 
 type fakeLabel struct{ Name, Color, Description string }
@@ -203,7 +205,7 @@ func New(errorf func(format string, args ...any)) (*GitHub, error) {
 		writesAt:      map[int64][]time.Time{},
 		tokenTTL:      time.Hour,
 	}
-	g.routes = append(append(g.oauthRoutes(), g.checkRoutes()...), g.routeTable()...)
+	g.routes = append(append(append(g.oauthRoutes(), g.checkRoutes()...), g.contentRoutes()...), g.routeTable()...)
 	g.Server = httptest.NewServer(http.HandlerFunc(g.serve))
 	return g, nil
 }
