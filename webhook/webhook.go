@@ -172,7 +172,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", "10")
 			reply(w, http.StatusTooManyRequests, Outcome{"client_busy", "This address is sending too many bytes at once."})
 		case errors.Is(err, errBusy):
-			w.Header().Set("Retry-After", "10")
 			reply(w, http.StatusServiceUnavailable, Outcome{"busy", "Too many deliveries are being received at once; it will be redelivered."})
 		default:
 			reply(w, http.StatusBadRequest, Outcome{"bad_request", "The body could not be read."})
