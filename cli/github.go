@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -42,6 +43,9 @@ type githubEnv struct {
 	pullInterval time.Duration
 	// metrics, when set, counts the factory's API requests (the control plane's /metrics).
 	metrics *ghapp.Metrics
+	// trustedProxies (WHILLY_TRUSTED_PROXIES) are the reverse proxies whose
+	// X-Forwarded-For names the webhook's sender.
+	trustedProxies []netip.Prefix
 }
 
 // readGitHubEnv reads WHILLY_GITHUB_*. app reports whether the App is configured
@@ -61,6 +65,12 @@ func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
 		func() (err error) { env.dispatch, err = c.Bool(config.DispatchActions); return err },
 		func() (err error) { env.dispatchIdle, err = c.Duration(config.DispatchInterval); return err },
 		func() (err error) { env.pullInterval, err = c.Duration(config.GitHubPullInterval); return err },
+		func() (err error) {
+			if err = c.Err(config.TrustedProxies); err == nil {
+				env.trustedProxies, err = config.ParsePrefixes(c.List(config.TrustedProxies))
+			}
+			return err
+		},
 		func() error { return c.Err(config.GitHubDeliveries) },
 		func() (err error) { secret, err = c.Secret(config.GitHubWebhookSecret); return err },
 		func() (err error) { key, err = c.Secret(config.GitHubPrivateKey); return err },
@@ -230,7 +240,7 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store, jobs *river.
 	hook, err := webhook.New(st, func(ctx context.Context, tx pgx.Tx, id string) error {
 		_, err := jobs.InsertTx(ctx, tx, queue.GitHubDeliveryArgs{DeliveryID: id}, nil)
 		return err
-	}, a.log, webhook.Config{Secret: env.secret, Events: intake.Events()})
+	}, a.log, webhook.Config{Secret: env.secret, Events: intake.Events(), TrustedProxies: env.trustedProxies})
 	if err != nil {
 		return nil, envf("start the webhook receiver: %w", err)
 	}

@@ -5,10 +5,13 @@
 // job (package intake). A repeated delivery id is acknowledged and ignored; events whilly
 // does not handle are acknowledged and dropped.
 //
-// Bodies in flight are bounded in bytes (Config.MaxInFlightBytes); their read deadline is
-// the server's (control.Server's BodyTimeout when mounted there).
+// A body is read before its signature can be checked, so its sender may be anyone: the
+// bytes of bodies being read and stored are counted as they arrive, bounded in all
+// (Config.MaxInFlightBytes) and for any one client address (Config.MaxClientBytes), and a
+// body must arrive whole within Config.BodyTimeout. A stranger who announces a large body
+// and sends it slowly holds what he sent, for seconds, and cannot crowd out GitHub.
 //
-// It imports queue, pgx and x/sync only; it must not import intake, app, go-github, control or
+// It imports queue and pgx only; it must not import intake, app, go-github, control or
 // cli, and it never logs payloads or secrets.
 package webhook
 
@@ -24,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -31,7 +35,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/whilly-go/whilly/queue"
 )
@@ -51,11 +54,24 @@ type Config struct {
 	Timeout time.Duration
 	// MaxInFlightBytes bounds the bytes of bodies being read and stored at once; a
 	// delivery that finds no room within QueueWait is answered 503 (the reconciler has
-	// GitHub redeliver it). Default twice MaxBytes. Each delivery counts its
-	// Content-Length, or MaxBytes when it sends none.
+	// GitHub redeliver it). Default twice MaxBytes. A delivery counts the bytes it has
+	// sent so far, not the length it announced.
 	MaxInFlightBytes int64
+	// MaxClientBytes bounds the bytes one client address holds at once (an IPv6 address
+	// counts by its /64); a delivery that finds no room within QueueWait is answered 429.
+	// Default MaxBytes, at most MaxInFlightBytes.
+	MaxClientBytes int64
+	// TrustedProxies are the reverse proxies in front of the receiver
+	// (WHILLY_TRUSTED_PROXIES): a request from one of them counts against the right-most
+	// address of X-Forwarded-For that is not one of them. From any other peer,
+	// X-Forwarded-For is ignored.
+	TrustedProxies []netip.Prefix
 	// QueueWait is how long a delivery waits for room; default 5 s.
 	QueueWait time.Duration
+	// BodyTimeout is the time a body has to arrive whole, from the end of its headers;
+	// a slower one is answered 408 and nothing is stored. It replaces the read deadline
+	// the server set. Default 10 s (GitHub sends a delivery within a second).
+	BodyTimeout time.Duration
 }
 
 // Enqueue inserts the delivery's job inside the transaction that stores it.
@@ -68,9 +84,9 @@ type Handler struct {
 	log     *slog.Logger
 	cfg     Config
 	events  map[string]bool
-	// inFlight holds MaxInFlightBytes: slow or large bodies cannot add up to more memory
-	// than that, however many connections send them.
-	inFlight *semaphore.Weighted
+	// inFlight counts the body bytes held: slow or large bodies cannot add up to more
+	// memory than MaxInFlightBytes, however many connections send them.
+	inFlight *budget
 
 	badSig struct {
 		sync.Mutex
@@ -103,10 +119,18 @@ func New(store *queue.Store, enqueue Enqueue, log *slog.Logger, cfg Config) (*Ha
 	if cfg.MaxInFlightBytes < cfg.MaxBytes {
 		cfg.MaxInFlightBytes = 2 * cfg.MaxBytes
 	}
+	if cfg.MaxClientBytes <= 0 {
+		cfg.MaxClientBytes = cfg.MaxBytes
+	}
+	cfg.MaxClientBytes = min(cfg.MaxClientBytes, cfg.MaxInFlightBytes)
 	if cfg.QueueWait <= 0 {
 		cfg.QueueWait = 5 * time.Second
 	}
-	h := &Handler{store: store, enqueue: enqueue, log: log, cfg: cfg, events: map[string]bool{}, inFlight: semaphore.NewWeighted(cfg.MaxInFlightBytes)}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 10 * time.Second
+	}
+	h := &Handler{store: store, enqueue: enqueue, log: log, cfg: cfg, events: map[string]bool{},
+		inFlight: newBudget(cfg.MaxInFlightBytes, cfg.MaxClientBytes)}
 	for _, e := range cfg.Events {
 		h.events[e] = true
 	}
@@ -129,27 +153,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusRequestEntityTooLarge, Outcome{"too_large", "The body is larger than the limit."})
 		return
 	}
-	weight := h.cfg.MaxBytes
-	if r.ContentLength >= 0 {
-		weight = max(r.ContentLength, 1)
-	}
-	wait, cancel := context.WithTimeout(r.Context(), h.cfg.QueueWait)
-	err := h.inFlight.Acquire(wait, weight)
-	cancel()
+	deadline := time.Now().Add(h.cfg.BodyTimeout)
+	// An error means no network connection underneath (a test's recorder).
+	_ = http.NewResponseController(w).SetReadDeadline(deadline)
+	client := clientAddr(r, h.cfg.TrustedProxies)
+	body, counted, err := h.readBody(r.Context(), http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes), client, deadline)
+	defer h.inFlight.give(client, counted)
 	if err != nil {
-		w.Header().Set("Retry-After", "10")
-		reply(w, http.StatusServiceUnavailable, Outcome{"busy", "Too many deliveries are being received at once; it will be redelivered."})
-		return
-	}
-	defer h.inFlight.Release(weight)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes))
-	if err != nil {
+		// The rest of the body is not read: the connection is closed after the answer.
+		w.Header().Set("Connection", "close")
 		var tooBig *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooBig):
 			reply(w, http.StatusRequestEntityTooLarge, Outcome{"too_large", "The body is larger than the limit."})
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			reply(w, http.StatusRequestTimeout, Outcome{"body_timeout", "The body did not arrive in time."})
+		case errors.Is(err, errClientFull):
+			w.Header().Set("Retry-After", "10")
+			reply(w, http.StatusTooManyRequests, Outcome{"client_busy", "This address is sending too many bytes at once."})
+		case errors.Is(err, errBusy):
+			reply(w, http.StatusServiceUnavailable, Outcome{"busy", "Too many deliveries are being received at once; it will be redelivered."})
 		default:
 			reply(w, http.StatusBadRequest, Outcome{"bad_request", "The body could not be read."})
 		}
@@ -163,6 +186,57 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	event, id := r.Header.Get("X-GitHub-Event"), r.Header.Get("X-GitHub-Delivery")
 	status, out := h.Receive(r.Context(), SourcePush, id, event, body)
 	reply(w, status, out)
+}
+
+// Blocks of a body being read: the first is minBlock, each next one a quarter of what
+// arrived so far, up to maxBlock. Blocks are never copied while the body arrives, so the
+// memory of a body is what it sent, a quarter more and one small block; it is joined once,
+// at its end.
+const (
+	minBlock = 4 << 10
+	maxBlock = 1 << 20
+)
+
+// readBody reads body, counting each read against client in the receiver's budget once
+// it has arrived; it waits at most QueueWait for room each time, and never past deadline.
+// It returns the bytes counted even on error: the caller gives them back when done.
+func (h *Handler) readBody(ctx context.Context, body io.Reader, client netip.Addr, deadline time.Time) ([]byte, int64, error) {
+	var (
+		blocks [][]byte
+		block  []byte
+		total  int64
+	)
+	for {
+		if len(block) == cap(block) {
+			if len(block) > 0 {
+				blocks = append(blocks, block)
+			}
+			block = make([]byte, 0, min(max(total/4, minBlock), maxBlock))
+		}
+		n, err := body.Read(block[len(block):cap(block)])
+		if n > 0 {
+			until := time.Now().Add(h.cfg.QueueWait)
+			if deadline.Before(until) {
+				until = deadline
+			}
+			wait, cancel := context.WithDeadline(ctx, until)
+			took := h.inFlight.take(wait, client, int64(n))
+			cancel()
+			if took != nil {
+				return nil, total, took
+			}
+			block, total = block[:len(block)+n], total+int64(n)
+		}
+		if errors.Is(err, io.EOF) {
+			if len(blocks) == 0 {
+				return block, total, nil
+			}
+			return bytes.Join(append(blocks, block), nil), total, nil
+		}
+		if err != nil {
+			return nil, total, fmt.Errorf("read the webhook body: %w", err)
+		}
+	}
 }
 
 // Sources of a delivery, in the log line of each.

@@ -5,6 +5,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ const (
 	LogFormat      Name = "WHILLY_LOG_FORMAT"
 	LeaseTTL       Name = "WHILLY_LEASE_TTL"
 	MaxAttempts    Name = "WHILLY_MAX_ATTEMPTS"
+	TrustedProxies Name = "WHILLY_TRUSTED_PROXIES"
 
 	ControlURL   Name = "WHILLY_CONTROL_URL"
 	WorkerToken  Name = "WHILLY_WORKER_TOKEN"
@@ -121,6 +123,8 @@ func Vars() []Var {
 			Doc: "address `whilly serve` listens on (`--listen` wins)"},
 		{Name: PublicURL, Section: secServer, Kind: KindURL, Commands: []Command{Serve, Run, Forge, AppCmd, Doctor},
 			Doc: "the control plane's external URL: links in GitHub comments, the App's webhook URL"},
+		{Name: TrustedProxies, Section: secServer, Kind: KindList, Commands: srv, Check: prefixList,
+			DefaultText: "none", Doc: "reverse proxies in front of `whilly serve` (comma list of IPs and CIDRs): behind one, `/webhook` counts a sender's bytes by the right-most X-Forwarded-For address that is not a trusted proxy; from any other peer the header is ignored"},
 		{Name: BootstrapToken, Section: secServer, Kind: KindSecret, Commands: []Command{Serve, Run, Worker, Register},
 			Doc: "lets workers register (`POST /v1/workers/register`) and do nothing else; whilly-worker deletes its _FILE once read"},
 		{Name: MetricsToken, Section: secServer, Kind: KindSecret, Commands: srv,
@@ -294,6 +298,30 @@ func privateKey(s string) error {
 
 // atLeastASecond refuses a poll interval under one second (River's periodic jobs are
 // unique per period of at least a second).
+// ParsePrefixes reads IP addresses and CIDR prefixes (a lone address is a prefix of its
+// full length).
+func ParsePrefixes(items []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(items))
+	for _, it := range items {
+		if p, err := netip.ParsePrefix(it); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(it)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an IP address nor a CIDR prefix (10.0.0.0/8)", it)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+func prefixList(s string) error {
+	_, err := ParsePrefixes(SplitList(s))
+	return err
+}
+
 func atLeastASecond(s string) error {
 	d, err := ParseDuration(s)
 	if err == nil && d < time.Second {
