@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -42,6 +43,10 @@ type githubEnv struct {
 	pullInterval time.Duration
 	// metrics, when set, counts the factory's API requests (the control plane's /metrics).
 	metrics *ghapp.Metrics
+	// sealKey and oldSealKey seal and open the push tokens of leases
+	// (WHILLY_TOKEN_SEAL_KEY, WHILLY_TOKEN_SEAL_KEY_OLD); the control plane generates the
+	// first in the data directory when it is unset (sealKeyOf).
+	sealKey, oldSealKey string
 }
 
 // readGitHubEnv reads WHILLY_GITHUB_*. app reports whether the App is configured
@@ -64,6 +69,8 @@ func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
 		func() error { return c.Err(config.GitHubDeliveries) },
 		func() (err error) { secret, err = c.Secret(config.GitHubWebhookSecret); return err },
 		func() (err error) { key, err = c.Secret(config.GitHubPrivateKey); return err },
+		func() (err error) { env.sealKey, err = c.Secret(config.TokenSealKey); return err },
+		func() (err error) { env.oldSealKey, err = c.Secret(config.TokenSealKeyOld); return err },
 		func() error { return c.Err(config.GitHubAppID) },
 	} {
 		if err := read(); err != nil {
@@ -96,7 +103,10 @@ func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
 func (env githubEnv) factory(hasApp bool) (*ghapp.Factory, error) {
 	cfg := ghapp.Config{Token: env.token, APIURL: env.apiURL, Metrics: env.metrics}
 	if hasApp {
-		cfg.AppID, cfg.PrivateKey = env.appID, env.key
+		cfg.AppID, cfg.PrivateKey, cfg.SealKey = env.appID, env.key, []byte(env.sealKey)
+		if env.oldSealKey != "" {
+			cfg.OldSealKeys = [][]byte{[]byte(env.oldSealKey)}
+		}
 	}
 	f, err := ghapp.NewFactory(cfg)
 	if err != nil {
@@ -223,6 +233,9 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store, jobs *river.
 		return nil, envf("WHILLY_GITHUB_APP_ID is set but WHILLY_GITHUB_WEBHOOK_SECRET is not: the webhook refuses unsigned deliveries")
 	}
 	env.metrics = ghapp.NewMetrics()
+	if env.sealKey, err = a.sealKeyOf(ctx, env); err != nil {
+		return nil, err
+	}
 	parts, err := a.githubParts(st, jobs, env, hasApp)
 	if err != nil {
 		return nil, err
@@ -266,6 +279,26 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store, jobs *river.
 		workspaces: parts.Workspaces.Workspace,
 		collectors: []prometheus.Collector{env.metrics},
 	}, nil
+}
+
+// sealKeyOf is the push token seal secret: WHILLY_TOKEN_SEAL_KEY, else the one in the
+// data directory, generated there the first time. A secret of its own, not the App's key
+// nor anything in the database, so that a reader of the database gets no token that
+// pushes; several control planes of one database need WHILLY_TOKEN_SEAL_KEY, the same in
+// each, since none reads another's data directory.
+func (a *app) sealKeyOf(ctx context.Context, env githubEnv) (string, error) {
+	if env.sealKey != "" {
+		return env.sealKey, nil
+	}
+	path := filepath.Join(a.dataDir(), ghapp.SealKeyFile)
+	key, created, err := ghapp.LoadOrCreateSealKey(path)
+	if err != nil {
+		return "", envf("WHILLY_TOKEN_SEAL_KEY is unset and %w", err)
+	}
+	if created {
+		a.log.InfoContext(ctx, "push token seal key generated; with several control planes, set WHILLY_TOKEN_SEAL_KEY to the same secret in each", "path", path)
+	}
+	return string(key), nil
 }
 
 // missingAppVariables names what the App needs that is not set, WHILLY_GITHUB_APP_ID
