@@ -273,3 +273,27 @@ func (f *Factory) GitHost() string {
 	}
 	return u.Hostname()
 }
+
+// UserCanWrite asks GitHub, through the App's installation on repo (installationID, or
+// the one GitHub names when it is 0), whether user may write to repo now (write,
+// maintain or admin). A user GitHub does not know there may not.
+func (f *Factory) UserCanWrite(ctx context.Context, repo Repo, installationID int64, user string) (bool, error) {
+	if installationID == 0 {
+		ac, err := f.App(ctx)
+		if err != nil {
+			return false, err
+		}
+		if installationID, err = ac.RepoInstallation(ctx, repo); err != nil {
+			return false, err
+		}
+	}
+	c, err := f.Installation(ctx, installationID)
+	if err != nil {
+		return false, err
+	}
+	perm, err := c.Permission(ctx, repo, user)
+	if err != nil {
+		return false, err
+	}
+	return CanWrite(perm), nil
+}

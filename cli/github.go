@@ -278,6 +278,13 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store, jobs *river.
 		routes:     map[string]http.Handler{"/webhook": hook},
 		workspaces: parts.Workspaces.Workspace,
 		collectors: []prometheus.Collector{env.metrics},
+		writeAccess: func(ctx context.Context, p queue.PlanInfo, login string) (bool, error) {
+			repo, err := ghapp.ParseRepo(p.Repo)
+			if err != nil {
+				return false, err
+			}
+			return parts.Factory.UserCanWrite(ctx, repo, p.InstallationID, login)
+		},
 	}, nil
 }
 
