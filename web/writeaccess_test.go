@@ -65,7 +65,9 @@ func TestAGitHubUsersButtonsFollowGitHubWithinAMinute(t *testing.T) {
 	advance := func(d time.Duration) { clock.Lock(); now = now.Add(d); clock.Unlock() }
 
 	b, csrf := e.githubAlice()
-	press := func(what string) answer { return b.do(http.MethodPost, "/plans/shop/"+what, url.Values{"csrf": {csrf}}) }
+	press := func(what string) answer {
+		return b.do(http.MethodPost, "/plans/shop/"+what, url.Values{"csrf": {csrf}})
+	}
 	if a := press("pause"); a.status != http.StatusSeeOther || asked() != 1 {
 		t.Fatalf("pause with write access: %d, GitHub asked %d times\n%s", a.status, asked(), a.body)
 	}

@@ -231,7 +231,7 @@ func Vars() []Var {
 			Doc: "REST base URL (GitHub Enterprise Server: https://HOST/api/v3/)"},
 		{Name: TokenSealKey, Section: secGitHub, Kind: KindSecret, Commands: srv, Check: sealKey,
 			DefaultText: "generated once in WHILLY_DATA_DIR/token-seal.key",
-			Doc: "the secret (32 bytes or more) the push tokens of leases are sealed with in the database; every control plane of one database must have the same, so set it when there are several"},
+			Doc:         "the secret (32 bytes or more) the push tokens of leases are sealed with in the database; every control plane of one database must have the same, so set it when there are several"},
 		{Name: TokenSealKeyOld, Section: secGitHub, Kind: KindSecret, Commands: srv, Check: sealKey,
 			Doc: "the former WHILLY_TOKEN_SEAL_KEY after a rotation: it seals nothing, but the tokens sealed under it still open for their revocation (an hour is enough)"},
 		{Name: GitHubToken, Section: secGitHub, Kind: KindSecret, Commands: []Command{Forge},
