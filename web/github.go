@@ -170,7 +170,7 @@ func (h *Handler) githubStart(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	// To GitHub's authorize page, from the configuration; GitHub takes only a redirect_uri
 	// among the App's callback URLs.
-	http.Redirect(w, r, h.github.gh.AuthorizeURL(h.githubRedirect(), state, verifier), http.StatusSeeOther) //nolint:gosec // G710: the target is configured, not the request's
+	http.Redirect(w, r, h.github.gh.AuthorizeURL(h.githubRedirect(), state, verifier), http.StatusSeeOther)
 }
 
 func (h *Handler) setFlowCookie(w http.ResponseWriter, r *http.Request, value string, maxAge time.Duration) {
