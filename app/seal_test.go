@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/pem"
@@ -82,12 +83,10 @@ func TestASealedTokenMovedToAnotherLeaseDoesNotOpen(t *testing.T) {
 	}
 }
 
-// The seal's key is not derived from the App's private key: what the App's key derives
-// (the former seal key) does not open a sealed token.
-func TestTheSealKeyIsNotTheAppKeys(t *testing.T) {
-	t.Parallel()
-	gh, f := newFake(t)
-	st, _, leases, tokens := sealFixture(t, f)
+// appDerivedAEAD is the seal of earlier versions: AES-GCM under a key derived from the
+// App's private key.
+func appDerivedAEAD(t *testing.T, gh *testkit.GitHub) cipher.AEAD {
+	t.Helper()
 	blk, _ := pem.Decode(gh.KeyPEM)
 	key, err := x509.ParsePKCS1PrivateKey(blk.Bytes)
 	if err != nil {
@@ -96,6 +95,40 @@ func TestTheSealKeyIsNotTheAppKeys(t *testing.T) {
 	derived := sha256.Sum256(append([]byte("whilly push token seal v1\x00"), x509.MarshalPKCS1PrivateKey(key)...))
 	block, _ := aes.NewCipher(derived[:])
 	aead, _ := cipher.NewGCM(block)
+	return aead
+}
+
+// A token sealed before the upgrade, under the key the App's key derived, still opens for
+// its revocation (it lives an hour at most).
+func TestATokenSealedBeforeTheUpgradeIsStillRevoked(t *testing.T) {
+	t.Parallel()
+	gh, f := newFake(t)
+	st, info, leases, tokens := sealFixture(t, f)
+	aead := appDerivedAEAD(t, gh)
+	nonce := make([]byte, aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		t.Fatal(err)
+	}
+	old := aead.Seal(nonce, nonce, []byte(tokens[0]), nil)
+	ctx := context.Background()
+	if _, err := st.Pool().Exec(ctx, `UPDATE push_tokens SET sealed = $1 WHERE lease_id = $2`, old, leases[0].LeaseID); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.NewPushTokens(st, f, nil, 0).RevokeEnded(ctx, info.ID); err != nil {
+		t.Fatalf("revocation of a token sealed before the upgrade: %v", err)
+	}
+	if !revokedTokens(gh)[tokens[0]] {
+		t.Error("the token sealed before the upgrade was not revoked")
+	}
+}
+
+// The seal's key is not derived from the App's private key: what the App's key derives
+// (the former seal key) does not open a sealed token.
+func TestTheSealKeyIsNotTheAppKeys(t *testing.T) {
+	t.Parallel()
+	gh, f := newFake(t)
+	st, _, leases, tokens := sealFixture(t, f)
+	aead := appDerivedAEAD(t, gh)
 	sealed := sealedOf(t, st, leases[0].LeaseID)
 	for off := 0; off <= 1 && len(sealed) > off+aead.NonceSize(); off++ { // with or without a version byte
 		n := sealed[off : off+aead.NonceSize()]
