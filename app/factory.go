@@ -39,6 +39,14 @@ type Config struct {
 	// Metrics, when set, counts the API requests and keeps the rate limit left, by
 	// installation.
 	Metrics *Metrics
+	// SealKey is the secret the push tokens of leases are sealed with
+	// (WHILLY_TOKEN_SEAL_KEY), at least 32 bytes; every control plane of one database
+	// needs the same. Empty with the App: a random key of this process, which no other
+	// process or restart can open (tests, a single short-lived process).
+	SealKey []byte
+	// OldSealKeys are former SealKeys (WHILLY_TOKEN_SEAL_KEY_OLD): they seal nothing but
+	// still open the tokens sealed under them, for their revocation after a rotation.
+	OldSealKeys [][]byte
 }
 
 // Factory hands out GitHub clients: one per installation, cached with its
@@ -50,6 +58,7 @@ type Factory struct {
 	tr   http.RoundTripper
 	key  *rsa.PrivateKey // the App's key; nil with a token only
 	jwt  *reusingSigner  // signs with key
+	seal *sealer         // seals push tokens; nil with a token only
 
 	mu      sync.Mutex
 	clients map[int64]*ghClient
@@ -86,6 +95,9 @@ func NewFactory(cfg Config) (*Factory, error) {
 			return nil, fmt.Errorf("read the GitHub App's private key (an RSA key in PEM): %w", err)
 		}
 		f.key, f.jwt = key, newReusingSigner(key)
+		if f.seal, err = newSealKeys(cfg.SealKey, cfg.OldSealKeys, key); err != nil {
+			return nil, err
+		}
 	}
 	if f.key == nil && cfg.Token == "" {
 		return nil, errors.New("neither a GitHub App nor a token is configured")
@@ -260,4 +272,28 @@ func (f *Factory) GitHost() string {
 		return "github.com"
 	}
 	return u.Hostname()
+}
+
+// UserCanWrite asks GitHub, through the App's installation on repo (installationID, or
+// the one GitHub names when it is 0), whether user may write to repo now (write,
+// maintain or admin). A user GitHub does not know there may not.
+func (f *Factory) UserCanWrite(ctx context.Context, repo Repo, installationID int64, user string) (bool, error) {
+	if installationID == 0 {
+		ac, err := f.App(ctx)
+		if err != nil {
+			return false, err
+		}
+		if installationID, err = ac.RepoInstallation(ctx, repo); err != nil {
+			return false, err
+		}
+	}
+	c, err := f.Installation(ctx, installationID)
+	if err != nil {
+		return false, err
+	}
+	perm, err := c.Permission(ctx, repo, user)
+	if err != nil {
+		return false, err
+	}
+	return CanWrite(perm), nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"errors"
@@ -22,8 +24,8 @@ import (
 // minted for that one repository with contents: write only, handed to that lease alone,
 // and revoked on GitHub (DELETE /installation/token) once the lease ends — completed,
 // failed, released, expired, or its worker revoked. Until then the control plane keeps
-// the token in push_tokens, sealed with a key derived from the App's private key, so a
-// reader of the database alone gets nothing that pushes.
+// the token in push_tokens, sealed under a key of its own (sealer) and bound to its
+// lease, so a reader of the database alone gets nothing that pushes.
 
 // KindRevokePushTokens is the River job that revokes the push tokens of ended leases.
 // It is persisted: never rename it.
@@ -46,16 +48,64 @@ func (RevokePushTokensArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: queue.QueueGitHub, MaxAttempts: 25, Priority: 3}
 }
 
-// sealer seals push tokens with AES-256-GCM under a key derived from the App's key.
-type sealer struct{ aead cipher.AEAD }
+// sealer seals push tokens with AES-256-GCM under a key of their own: HKDF-SHA256 over
+// the seal secret (WHILLY_TOKEN_SEAL_KEY), never the App's key, so that rotating one
+// does not touch the other and the App's key does not open the database's tokens. Each
+// sealed token names its lease as associated data: a sealed token copied onto another
+// lease's row does not open there. Former secrets only open (a rotation), and the key
+// the App's private key derived before (sealed tokens without a version) opens what was
+// sealed under it, for its revocation within the hour that such a token lives.
+type sealer struct {
+	current cipher.AEAD
+	old     []cipher.AEAD
+	legacy  cipher.AEAD
+}
 
-func newSealer(f *Factory) (*sealer, error) {
-	if f.key == nil {
-		return nil, ErrNoApp
+// sealVersion is the first byte of a sealed token: the seal secret's key, bound to the
+// lease.
+const sealVersion = 2
+
+// MinSealKey is the shortest seal secret accepted, in bytes.
+const MinSealKey = 32
+
+func newSealKeys(secret []byte, old [][]byte, appKey *rsa.PrivateKey) (*sealer, error) {
+	s := &sealer{}
+	var err error
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret) // crypto/rand.Read never fails (it crashes the program instead)
 	}
-	der := x509.MarshalPKCS1PrivateKey(f.key)
-	key := sha256.Sum256(append([]byte("whilly push token seal v1\x00"), der...))
-	block, err := aes.NewCipher(key[:])
+	if s.current, err = sealAEAD(secret); err != nil {
+		return nil, err
+	}
+	for _, o := range old {
+		a, err := sealAEAD(o)
+		if err != nil {
+			return nil, fmt.Errorf("a former push token seal key: %w", err)
+		}
+		s.old = append(s.old, a)
+	}
+	legacy := sha256.Sum256(append([]byte("whilly push token seal v1\x00"), x509.MarshalPKCS1PrivateKey(appKey)...))
+	if s.legacy, err = gcm(legacy[:]); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// sealAEAD is the AEAD of a seal secret.
+func sealAEAD(secret []byte) (cipher.AEAD, error) {
+	if len(secret) < MinSealKey {
+		return nil, fmt.Errorf("the push token seal key must be at least %d bytes, it is %d", MinSealKey, len(secret))
+	}
+	key, err := hkdf.Key(sha256.New, secret, nil, "whilly push token seal v2", 32)
+	if err != nil {
+		return nil, fmt.Errorf("push token seal: %w", err)
+	}
+	return gcm(key)
+}
+
+func gcm(key []byte) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, fmt.Errorf("push token seal: %w", err)
 	}
@@ -63,27 +113,46 @@ func newSealer(f *Factory) (*sealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("push token seal: %w", err)
 	}
-	return &sealer{aead: aead}, nil
+	return aead, nil
 }
 
-func (s *sealer) seal(token string) ([]byte, error) {
-	nonce := make([]byte, s.aead.NonceSize())
+func newSealer(f *Factory) (*sealer, error) {
+	if f.seal == nil {
+		return nil, ErrNoApp
+	}
+	return f.seal, nil
+}
+
+// sealAD is the associated data of lease leaseID's token.
+func sealAD(leaseID string) []byte { return []byte("whilly push token of lease " + leaseID) }
+
+// seal seals the token of lease leaseID: version, nonce, ciphertext.
+func (s *sealer) seal(token, leaseID string) ([]byte, error) {
+	nonce := make([]byte, s.current.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("seal push token: %w", err)
 	}
-	return s.aead.Seal(nonce, nonce, []byte(token), nil), nil
+	out := append([]byte{sealVersion}, nonce...)
+	return s.current.Seal(out, nonce, []byte(token), sealAD(leaseID)), nil
 }
 
-func (s *sealer) open(sealed []byte) (string, error) {
-	n := s.aead.NonceSize()
-	if len(sealed) < n {
-		return "", errors.New("open push token: too short")
+// open opens the token sealed for lease leaseID, under the current key or a former one.
+func (s *sealer) open(sealed []byte, leaseID string) (string, error) {
+	n := s.current.NonceSize()
+	if len(sealed) > 1+n && sealed[0] == sealVersion {
+		for _, a := range append([]cipher.AEAD{s.current}, s.old...) {
+			if b, err := a.Open(nil, sealed[1:1+n], sealed[1+n:], sealAD(leaseID)); err == nil {
+				return string(b), nil
+			}
+		}
 	}
-	b, err := s.aead.Open(nil, sealed[:n], sealed[n:], nil)
-	if err != nil {
-		return "", fmt.Errorf("open push token (was the App's key changed?): %w", err)
+	// Sealed before the version byte, under the key the App's key derived.
+	if len(sealed) > n {
+		if b, err := s.legacy.Open(nil, sealed[:n], sealed[n:], nil); err == nil {
+			return string(b), nil
+		}
 	}
-	return string(b), nil
+	return "", errors.New("open push token: it does not open for this lease under the seal key or a former one (WHILLY_TOKEN_SEAL_KEY differs between control planes, or the row was altered)")
 }
 
 // PushTokens revokes the push tokens of ended leases: in the transaction of every plan
@@ -209,7 +278,7 @@ func (p *PushTokens) revoke(ctx context.Context, s *sealer, t queue.PushToken) e
 	if !time.Now().Before(t.ExpiresAt) {
 		return nil
 	}
-	tok, err := s.open(t.Sealed)
+	tok, err := s.open(t.Sealed, t.LeaseID)
 	if err == nil {
 		err = p.f.RevokeToken(ctx, tok)
 	}

@@ -150,7 +150,7 @@ func (w *Workspaces) token(ctx context.Context, inst int64, repo Repo) (Token, e
 // that cannot be recorded is revoked at once and not handed out.
 func (w *Workspaces) record(ctx context.Context, l queue.Lease, inst int64, tok Token) error {
 	var old []byte
-	sealed, err := w.seal.seal(tok.Value)
+	sealed, err := w.seal.seal(tok.Value, l.LeaseID)
 	if err == nil {
 		old, err = w.store.RecordPushToken(ctx, queue.PushToken{LeaseID: l.LeaseID, PlanID: l.PlanID, TaskID: l.TaskID,
 			InstallationID: inst, Sealed: sealed, ExpiresAt: tok.ExpiresAt})
@@ -160,7 +160,7 @@ func (w *Workspaces) record(ctx context.Context, l queue.Lease, inst int64, tok 
 		return err
 	}
 	if old != nil {
-		if prev, err := w.seal.open(old); err == nil {
+		if prev, err := w.seal.open(old, l.LeaseID); err == nil {
 			w.revokeQuietly(ctx, l, prev)
 		}
 	}

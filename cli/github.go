@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -46,6 +47,10 @@ type githubEnv struct {
 	// trustedProxies (WHILLY_TRUSTED_PROXIES) are the reverse proxies whose
 	// X-Forwarded-For names the webhook's sender.
 	trustedProxies []netip.Prefix
+	// sealKey and oldSealKey seal and open the push tokens of leases
+	// (WHILLY_TOKEN_SEAL_KEY, WHILLY_TOKEN_SEAL_KEY_OLD); the control plane generates the
+	// first in the data directory when it is unset (sealKeyOf).
+	sealKey, oldSealKey string
 }
 
 // readGitHubEnv reads WHILLY_GITHUB_*. app reports whether the App is configured
@@ -74,6 +79,8 @@ func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
 		func() error { return c.Err(config.GitHubDeliveries) },
 		func() (err error) { secret, err = c.Secret(config.GitHubWebhookSecret); return err },
 		func() (err error) { key, err = c.Secret(config.GitHubPrivateKey); return err },
+		func() (err error) { env.sealKey, err = c.Secret(config.TokenSealKey); return err },
+		func() (err error) { env.oldSealKey, err = c.Secret(config.TokenSealKeyOld); return err },
 		func() error { return c.Err(config.GitHubAppID) },
 	} {
 		if err := read(); err != nil {
@@ -106,7 +113,10 @@ func (a *app) readGitHubEnv() (env githubEnv, hasApp bool, err error) {
 func (env githubEnv) factory(hasApp bool) (*ghapp.Factory, error) {
 	cfg := ghapp.Config{Token: env.token, APIURL: env.apiURL, Metrics: env.metrics}
 	if hasApp {
-		cfg.AppID, cfg.PrivateKey = env.appID, env.key
+		cfg.AppID, cfg.PrivateKey, cfg.SealKey = env.appID, env.key, []byte(env.sealKey)
+		if env.oldSealKey != "" {
+			cfg.OldSealKeys = [][]byte{[]byte(env.oldSealKey)}
+		}
 	}
 	f, err := ghapp.NewFactory(cfg)
 	if err != nil {
@@ -233,6 +243,9 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store, jobs *river.
 		return nil, envf("WHILLY_GITHUB_APP_ID is set but WHILLY_GITHUB_WEBHOOK_SECRET is not: the webhook refuses unsigned deliveries")
 	}
 	env.metrics = ghapp.NewMetrics()
+	if env.sealKey, err = a.sealKeyOf(ctx, env); err != nil {
+		return nil, err
+	}
 	parts, err := a.githubParts(st, jobs, env, hasApp)
 	if err != nil {
 		return nil, err
@@ -275,7 +288,34 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store, jobs *river.
 		routes:     map[string]http.Handler{"/webhook": hook},
 		workspaces: parts.Workspaces.Workspace,
 		collectors: []prometheus.Collector{env.metrics},
+		writeAccess: func(ctx context.Context, p queue.PlanInfo, login string) (bool, error) {
+			repo, err := ghapp.ParseRepo(p.Repo)
+			if err != nil {
+				return false, err
+			}
+			return parts.Factory.UserCanWrite(ctx, repo, p.InstallationID, login)
+		},
 	}, nil
+}
+
+// sealKeyOf is the push token seal secret: WHILLY_TOKEN_SEAL_KEY, else the one in the
+// data directory, generated there the first time. A secret of its own, not the App's key
+// nor anything in the database, so that a reader of the database gets no token that
+// pushes; several control planes of one database need WHILLY_TOKEN_SEAL_KEY, the same in
+// each, since none reads another's data directory.
+func (a *app) sealKeyOf(ctx context.Context, env githubEnv) (string, error) {
+	if env.sealKey != "" {
+		return env.sealKey, nil
+	}
+	path := filepath.Join(a.dataDir(), ghapp.SealKeyFile)
+	key, created, err := ghapp.LoadOrCreateSealKey(path)
+	if err != nil {
+		return "", envf("WHILLY_TOKEN_SEAL_KEY is unset and %w", err)
+	}
+	if created {
+		a.log.InfoContext(ctx, "push token seal key generated; with several control planes, set WHILLY_TOKEN_SEAL_KEY to the same secret in each", "path", path)
+	}
+	return string(key), nil
 }
 
 // missingAppVariables names what the App needs that is not set, WHILLY_GITHUB_APP_ID

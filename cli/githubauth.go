@@ -16,34 +16,35 @@ import (
 
 // githubSignIn is the dashboard's "Sign in with GitHub" when the App's OAuth client is
 // known — WHILLY_GITHUB_CLIENT_ID and WHILLY_GITHUB_CLIENT_SECRET, else the client id and
-// secret in the file of `whilly app create` — and nil when it is not.
-func (a *app) githubSignIn() (web.GitHubSignIn, error) {
+// secret in the file of `whilly app create` — and nil when it is not. fromFile says the
+// client came from the file.
+func (a *app) githubSignIn() (gs web.GitHubSignIn, fromFile bool, err error) {
 	id := a.cfg.String(config.GitHubClientID)
 	secret, err := a.cfg.Secret(config.GitHubClientSecret)
 	if err != nil {
-		return nil, envErr(err)
+		return nil, false, envErr(err)
 	}
 	if id == "" {
 		cred, ok, err := a.appCredentials()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if !ok {
-			return nil, nil
+			return nil, false, nil
 		}
-		id, secret = cred.ClientID, cred.ClientSecret
+		id, secret, fromFile = cred.ClientID, cred.ClientSecret, true
 	}
 	if id == "" || secret == "" {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err := a.cfg.Err(config.GitHubAPIURL); err != nil {
-		return nil, envErr(err)
+		return nil, false, envErr(err)
 	}
 	o, err := ghapp.NewOAuth(ghapp.OAuthConfig{ClientID: id, ClientSecret: secret, APIURL: a.cfg.Raw(config.GitHubAPIURL), Log: a.log})
 	if err != nil {
-		return nil, envf("sign in with GitHub: %w", err)
+		return nil, false, envf("sign in with GitHub: %w", err)
 	}
-	return oauthSignIn{o}, nil
+	return oauthSignIn{o}, fromFile, nil
 }
 
 // oauthSignIn is app.OAuth in the shape the dashboard asks for.
@@ -59,19 +60,32 @@ func (s oauthSignIn) SignIn(ctx context.Context, code, redirectURI, verifier str
 
 // mountOperator adds to the dashboard what the operator gets besides its pages: "Sign in
 // with GitHub" when the App's OAuth client is configured, and River's UI at /riverui/
-// for admin sessions.
-func (a *app) mountOperator(ctx context.Context, srv *control.Server, dash *web.Handler, rc *river.Client[pgx.Tx]) error {
-	gs, err := a.githubSignIn()
+// for admin sessions. access asks GitHub whether a user may still write when they press
+// a button (nil without the App: GitHub users may then press none).
+//
+// GitHub's sign-in needs an https WHILLY_PUBLIC_URL (http on localhost): with the client
+// in the variables, any other stops the command here, before a port is opened; with the
+// client of `whilly app create`'s file and no WHILLY_PUBLIC_URL at all (the pull mode
+// the file also serves, whose App has no callback URL), sign-in is not offered and the
+// log says why.
+func (a *app) mountOperator(ctx context.Context, srv *control.Server, dash *web.Handler, rc *river.Client[pgx.Tx], access web.WriteAccess) error {
+	gs, fromFile, err := a.githubSignIn()
 	if err != nil {
 		return err
 	}
-	if gs != nil {
-		dash.EnableGitHubSignIn(gs, a.cfg.String(config.PublicURL))
-		callback := a.cfg.String(config.PublicURL)
-		if callback == "" {
-			callback = "<the browser's address: WHILLY_PUBLIC_URL is unset>"
+	public := a.cfg.String(config.PublicURL)
+	switch {
+	case gs == nil:
+	case fromFile && public == "":
+		a.log.WarnContext(ctx, "sign in with GitHub is not offered: WHILLY_PUBLIC_URL is unset (set it to the dashboard's https address to offer it)")
+	default:
+		if err := dash.EnableGitHubSignIn(gs, public, access); err != nil {
+			return envf("%w", err)
 		}
-		a.log.InfoContext(ctx, "the dashboard offers sign in with GitHub", "callback", strings.TrimRight(callback, "/")+web.GitHubCallbackPath)
+		if access == nil {
+			a.log.WarnContext(ctx, "users signed in with GitHub may press no buttons: without the App (WHILLY_GITHUB_APP_ID) whilly cannot ask GitHub whether they still have write access")
+		}
+		a.log.InfoContext(ctx, "the dashboard offers sign in with GitHub", "callback", strings.TrimRight(public, "/")+web.GitHubCallbackPath)
 	}
 	rui, err := newRiverUI(rc, a.log)
 	if err != nil {

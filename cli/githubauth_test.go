@@ -10,6 +10,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,15 +40,17 @@ func newOperatorSite(t *testing.T) operatorSite {
 	gh.SetPermission("acme/site", "alice", "read")
 	gh.SetPermission("acme/secret", "alice", "none")
 	id, secret := gh.OAuthClient()
-	a, _ := githubTestApp(map[string]string{
-		"WHILLY_GITHUB_CLIENT_ID": id, "WHILLY_GITHUB_CLIENT_SECRET": secret,
-		"WHILLY_GITHUB_API_URL": gh.URL(), "WHILLY_DATA_DIR": t.TempDir(),
-	})
-	st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	a, _ := githubTestApp(map[string]string{
+		"WHILLY_GITHUB_CLIENT_ID": id, "WHILLY_GITHUB_CLIENT_SECRET": secret,
+		"WHILLY_GITHUB_APP_ID": strconv.FormatInt(gh.AppID, 10), "WHILLY_GITHUB_PRIVATE_KEY": string(gh.KeyPEM),
+		"WHILLY_GITHUB_WEBHOOK_SECRET": "s", "WHILLY_PUBLIC_URL": "http://" + ln.Addr().String(),
+		"WHILLY_GITHUB_API_URL": gh.URL(), "WHILLY_DATA_DIR": t.TempDir(),
+	})
+	st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
 	ctx := context.Background()
 	cp, err := a.startControlPlane(ctx, st, ln)
 	if err != nil {
@@ -203,6 +206,32 @@ func TestSignInWithGitHubShowsTheUsersPlansAndTheirButtons(t *testing.T) {
 	}
 	if raw, _ := json.Marshal(evs); !strings.Contains(string(raw), "@alice") {
 		t.Errorf("no event of shop names @alice: %s", raw)
+	}
+}
+
+// A user whose write access GitHub takes away after the sign-in can no longer press the
+// buttons: each post asks GitHub again (through the App), and the session's list of
+// write repositories, from the sign-in, is not enough.
+func TestAButtonAsksGitHubWhetherTheUserStillMayWrite(t *testing.T) {
+	t.Parallel()
+	s := newOperatorSite(t)
+	s.gh.SignInAs("alice")
+	c := browser(t)
+	if p := s.signInWithGitHub(t, c, "/plans/shop"); p.status != http.StatusOK || p.url != s.url+"/plans/shop" {
+		t.Fatalf("after sign-in: %d at %s:\n%s", p.status, p.url, p.body)
+	}
+	shop := get(t, c, s.url+"/plans/shop")
+	m := csrfInput.FindStringSubmatch(shop.body)
+	if !strings.Contains(shop.body, `action="/plans/shop/cancel"`) || m == nil {
+		t.Fatalf("alice (write at sign-in) sees no cancel button on shop:\n%s", shop.body)
+	}
+	s.gh.SetPermission("acme/shop", "alice", "read")
+	p := post(t, c, s.url+"/plans/shop/cancel", url.Values{"csrf": {m[1]}})
+	if p.status != http.StatusForbidden || !strings.Contains(p.body, "write access") {
+		t.Errorf("cancel by alice after GitHub took her write access: %d at %s, want 403:\n%s", p.status, p.url, p.body)
+	}
+	if pi, err := s.store.GetPlan(context.Background(), "shop"); err != nil || pi.Status != plan.PlanActive {
+		t.Errorf("shop after the refused cancel: %v (%v), want ACTIVE", pi.Status, err)
 	}
 }
 
@@ -450,27 +479,51 @@ func TestGitHubSignInTakesTheClientOfAppCreate(t *testing.T) {
 	id, secret := gh.OAuthClient()
 	dir := t.TempDir()
 	a, _ := githubTestApp(map[string]string{"WHILLY_DATA_DIR": dir, "WHILLY_GITHUB_API_URL": gh.URL()})
-	if gs, err := a.githubSignIn(); err != nil || gs != nil {
+	if gs, _, err := a.githubSignIn(); err != nil || gs != nil {
 		t.Fatalf("without a client: %v, %v; want none", gs, err)
 	}
 	if err := ghapp.WriteCredentials(a.credentialsPath(), ghapp.Credentials{AppID: gh.AppID, PrivateKey: string(gh.KeyPEM),
 		WebhookSecret: "s", ClientID: id, ClientSecret: secret}); err != nil {
 		t.Fatal(err)
 	}
-	gs, err := a.githubSignIn()
-	if err != nil || gs == nil {
+	gs, fromFile, err := a.githubSignIn()
+	if err != nil || gs == nil || !fromFile {
 		t.Fatalf("with the App file: %v, %v", gs, err)
 	}
 	if u := gs.AuthorizeURL("https://whilly.test/auth/github/callback", "st", "v"); !strings.Contains(u, "client_id="+id) || !strings.HasPrefix(u, gh.Server.URL+"/login/oauth/authorize?") {
 		t.Errorf("authorize URL %s: want the fake's page with the file's client id", u)
 	}
 	a, _ = githubTestApp(map[string]string{"WHILLY_DATA_DIR": dir, "WHILLY_GITHUB_CLIENT_ID": "Iv23other", "WHILLY_GITHUB_CLIENT_SECRET": "x"})
-	if gs, err := a.githubSignIn(); err != nil || !strings.Contains(gs.AuthorizeURL("https://w/cb", "s", "v"), "client_id=Iv23other") {
+	if gs, fromFile, err := a.githubSignIn(); err != nil || fromFile || !strings.Contains(gs.AuthorizeURL("https://w/cb", "s", "v"), "client_id=Iv23other") {
 		t.Errorf("the variables win over the file: %v", err)
 	}
 	a, _ = githubTestApp(map[string]string{"WHILLY_DATA_DIR": dir, "WHILLY_GITHUB_CLIENT_ID": "Iv23other"})
 	err = a.cfg.Check(config.Serve)
 	if err == nil || !strings.Contains(err.Error(), "WHILLY_GITHUB_CLIENT_SECRET") {
 		t.Errorf("a client id without its secret: %v, want an error naming WHILLY_GITHUB_CLIENT_SECRET", err)
+	}
+}
+
+// "Sign in with GitHub" with the client in the variables and a public URL over plain
+// http to another host stops `whilly serve` before it opens a port, with a sentence
+// naming WHILLY_PUBLIC_URL.
+func TestGitHubSignInRefusesAPlainHTTPPublicURL(t *testing.T) {
+	t.Parallel()
+	gh := testkit.NewGitHub(t)
+	id, secret := gh.OAuthClient()
+	for _, public := range []string{"http://whilly.example.com", ""} {
+		a, _ := githubTestApp(map[string]string{
+			"WHILLY_GITHUB_CLIENT_ID": id, "WHILLY_GITHUB_CLIENT_SECRET": secret, "WHILLY_PUBLIC_URL": public,
+			"WHILLY_GITHUB_API_URL": gh.URL(), "WHILLY_DATA_DIR": t.TempDir(),
+		})
+		st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
+		cp, err := a.newControlPlane(context.Background(), st)
+		if err == nil {
+			cp.cancel()
+			t.Fatalf("public URL %q: the control plane was built", public)
+		}
+		if !strings.Contains(err.Error(), "WHILLY_PUBLIC_URL") || !strings.Contains(err.Error(), "https") {
+			t.Errorf("public URL %q: %v", public, err)
+		}
 	}
 }

@@ -107,6 +107,9 @@ type extension struct {
 	workspaces control.WorkspaceProvider
 	// collectors are the extension's metrics, served on /metrics.
 	collectors []prometheus.Collector
+	// writeAccess asks GitHub whether a user may still write to a plan's repository (the
+	// dashboard's buttons under "Sign in with GitHub").
+	writeAccess web.WriteAccess
 }
 
 // storeHooks are the store's hooks for the capabilities configured in the environment,
@@ -245,7 +248,13 @@ func (a *app) newControlPlane(ctx context.Context, base *queue.Store) (*controlP
 		return nil, err
 	}
 	srv.Mount("/*", dash)
-	if err := a.mountOperator(ctx, srv, dash, rc); err != nil {
+	var access web.WriteAccess
+	for _, e := range exts {
+		if access == nil {
+			access = e.writeAccess
+		}
+	}
+	if err := a.mountOperator(ctx, srv, dash, rc, access); err != nil {
 		cancel()
 		return nil, err
 	}

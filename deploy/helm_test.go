@@ -354,6 +354,7 @@ func TestChartCustomValues(t *testing.T) {
 		"secrets": map[string]any{
 			"databaseURL": "postgres://u:p@db:5432/whilly", "bootstrapToken": "tok",
 			"githubAppPrivateKey": pem, "githubWebhookSecret": "hook", "metricsToken": "m", "agentAPIKey": "sk",
+			"tokenSealKey": "a-seal-key-of-thirty-two-bytes-or-more",
 		},
 		"serve": map[string]any{
 			"replicas": 3, "publicURL": "https://whilly.example.com",
@@ -388,6 +389,10 @@ func TestChartCustomValues(t *testing.T) {
 	}
 	if ref := env["WHILLY_GITHUB_WEBHOOK_SECRET"].ValueFrom; ref == nil || ref.SecretKeyRef.Key != "github-webhook-secret" {
 		t.Error("the webhook secret does not come from the Secret")
+	}
+	// Every replica seals push tokens with the one key of the Secret.
+	if ref := env["WHILLY_TOKEN_SEAL_KEY"].ValueFrom; ref == nil || ref.SecretKeyRef.Key != "token-seal-key" || secret.StringData["token-seal-key"] == "" {
+		t.Error("the push token seal key does not come from the Secret")
 	}
 	var mounted bool
 	for _, m := range c.VolumeMounts {
@@ -447,7 +452,7 @@ func TestChartRefusesIncompleteValues(t *testing.T) {
 		{"no bootstrap token", map[string]any{"secrets": map[string]any{"databaseURL": "postgres://db/whilly"}},
 			"secrets.bootstrapToken is required"},
 		{"App id without its key", map[string]any{"secrets": requiredSecrets["secrets"], "serve": map[string]any{"github": map[string]any{"appID": "1"}}},
-			"set secrets.githubAppPrivateKey and secrets.githubWebhookSecret"},
+			"set secrets.githubAppPrivateKey, secrets.githubWebhookSecret and secrets.tokenSealKey"},
 		{"unknown trigger", map[string]any{"secrets": requiredSecrets["secrets"], "worker": map[string]any{"autoscaling": map[string]any{"trigger": "cpu"}}},
 			`worker.autoscaling.trigger is "cpu"`},
 	}

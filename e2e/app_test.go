@@ -29,8 +29,9 @@ func appGitHub(t *testing.T, n int) *testkit.GitHub {
 	return gh
 }
 
-// appEnv is the environment of a control plane that is the App on gh, with more.
+// appEnv is the environment of a control plane that is the App on gh, with more. Every
+// control plane of the test seals push tokens with the same key, as replicas must.
 func appEnv(gh *testkit.GitHub, more ...string) []string {
 	return append([]string{"WHILLY_GITHUB_APP_ID=" + strconv.FormatInt(gh.AppID, 10), "WHILLY_GITHUB_PRIVATE_KEY=" + string(gh.KeyPEM),
-		"WHILLY_GITHUB_API_URL=" + gh.URL()}, more...)
+		"WHILLY_GITHUB_API_URL=" + gh.URL(), "WHILLY_TOKEN_SEAL_KEY=e2e-push-token-seal-key-of-32-bytes-or-more"}, more...)
 }

@@ -16,7 +16,9 @@ import (
 // call, with the session's principal as the events' "by", then goes back to the page.
 
 // writablePlan reads the plan of a button's post: 404 when the session may not read it,
-// 403 when it may read but not change it.
+// 403 when it may read but not change it. A GitHub user's write access, captured at
+// sign-in, is asked of GitHub again (its answer of the last minute at most): access
+// taken away since is refused, and so is the post when GitHub does not answer (503).
 func (h *Handler) writablePlan(w http.ResponseWriter, r *http.Request) (queue.PlanInfo, queue.Session, bool) {
 	p, s, ok := h.readablePlan(w, r)
 	if !ok {
@@ -25,6 +27,19 @@ func (h *Handler) writablePlan(w http.ResponseWriter, r *http.Request) (queue.Pl
 	if !s.Principal.CanWrite(p) {
 		h.fail(w, r, http.StatusForbidden, "Only an admin, or a user with write access to the plan's repository, may change this plan.")
 		return p, s, false
+	}
+	if s.Principal.Kind == queue.PrincipalGitHub && !s.Principal.Admin {
+		yes, err := h.stillWrites(r.Context(), p, s.Principal.Name)
+		if err != nil {
+			h.log.WarnContext(r.Context(), "the user's write access could not be checked with GitHub", "plan_id", p.ID, "name", s.Principal.Name, "error", err)
+			h.fail(w, r, http.StatusServiceUnavailable, "GitHub could not confirm your write access to the plan's repository just now; try again in a moment.")
+			return p, s, false
+		}
+		if !yes {
+			h.log.InfoContext(r.Context(), "button refused: no write access on GitHub any more", "plan_id", p.ID, "name", s.Principal.Name)
+			h.fail(w, r, http.StatusForbidden, "GitHub says you no longer have write access to the plan's repository; only a user with write access may change this plan.")
+			return p, s, false
+		}
 	}
 	return p, s, true
 }

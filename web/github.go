@@ -4,9 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/whilly-go/whilly/queue"
@@ -55,31 +60,107 @@ type GitHubSignIn interface {
 	SignIn(ctx context.Context, code, redirectURI, verifier string) (GitHubUser, error)
 }
 
+// WriteAccess asks GitHub, now, whether the user login may write to (write, maintain or
+// admin) the repository of plan p. An error is GitHub not answering; the button is then
+// refused.
+type WriteAccess func(ctx context.Context, p queue.PlanInfo, login string) (bool, error)
+
+// ErrPublicURL: "Sign in with GitHub" needs the dashboard's https address.
+var ErrPublicURL = errors.New("sign in with GitHub needs WHILLY_PUBLIC_URL, the https address of the dashboard (http only on localhost), so that GitHub's code and the session cookie never travel in clear")
+
+// CheckPublicURL returns nil when publicURL may receive GitHub's sign-in: an https URL,
+// or an http URL of a loopback host (localhost, 127.0.0.0/8, ::1); else ErrPublicURL.
+func CheckPublicURL(publicURL string) error {
+	u, err := url.Parse(publicURL)
+	if err != nil || u.Host == "" || u.User != nil {
+		return fmt.Errorf("%w; it is %q", ErrPublicURL, publicURL)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		host := u.Hostname()
+		if ip, err := netip.ParseAddr(host); (err == nil && ip.IsLoopback()) || strings.EqualFold(host, "localhost") {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w; it is %q", ErrPublicURL, publicURL)
+}
+
 // EnableGitHubSignIn adds "Sign in with GitHub" to the dashboard: its routes, and its
 // button on the sign-in page. publicURL (WHILLY_PUBLIC_URL) is where GitHub sends the
-// browser back; empty, the request's own host is used.
-func (h *Handler) EnableGitHubSignIn(gh GitHubSignIn, publicURL string) {
-	h.github = &githubSignIn{gh: gh, base: strings.TrimRight(publicURL, "/")}
+// browser back: https, or http on a loopback host (CheckPublicURL; else nothing is
+// added and the error says why). access asks GitHub whether a user may still write
+// when they press a button; nil, GitHub users may press none.
+func (h *Handler) EnableGitHubSignIn(gh GitHubSignIn, publicURL string, access WriteAccess) error {
+	if err := CheckPublicURL(publicURL); err != nil {
+		return err
+	}
+	h.github = &githubSignIn{gh: gh, base: strings.TrimRight(publicURL, "/"), access: access,
+		writes: map[writeKey]writeAnswer{}}
 	h.mux.HandleFunc("GET "+GitHubSignInPath, h.githubStart)
 	h.mux.HandleFunc("GET "+GitHubCallbackPath, h.githubCallback)
+	return nil
 }
 
 // githubSignIn is the dashboard's "Sign in with GitHub".
 type githubSignIn struct {
-	gh   GitHubSignIn
-	base string // WHILLY_PUBLIC_URL without its trailing slash
+	gh     GitHubSignIn
+	base   string // WHILLY_PUBLIC_URL without its trailing slash
+	access WriteAccess
+
+	mu     sync.Mutex
+	writes map[writeKey]writeAnswer // GitHub's answers of the last writeAccessTTL
+}
+
+type writeKey struct{ login, repo string } // lower case
+
+type writeAnswer struct {
+	ok bool
+	at time.Time
+}
+
+// writeAccessTTL is how long GitHub's answer on a user's write access is used.
+const writeAccessTTL = time.Minute
+
+// maxWriteAnswers bounds the answers kept; when full, expired ones are dropped first.
+const maxWriteAnswers = 10000
+
+// stillWrites asks GitHub (or its answer of the last minute) whether login may still
+// write to plan p's repository.
+func (h *Handler) stillWrites(ctx context.Context, p queue.PlanInfo, login string) (bool, error) {
+	g := h.github
+	if g == nil || g.access == nil {
+		return false, nil
+	}
+	key := writeKey{strings.ToLower(login), strings.ToLower(p.Repo)}
+	now := h.now()
+	g.mu.Lock()
+	a, ok := g.writes[key]
+	g.mu.Unlock()
+	if ok && now.Sub(a.at) < writeAccessTTL && !now.Before(a.at) {
+		return a.ok, nil
+	}
+	yes, err := g.access(ctx, p, login)
+	if err != nil {
+		return false, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.writes) >= maxWriteAnswers {
+		for k, a := range g.writes {
+			if now.Sub(a.at) >= writeAccessTTL || len(g.writes) >= maxWriteAnswers {
+				delete(g.writes, k)
+			}
+		}
+	}
+	g.writes[key] = writeAnswer{ok: yes, at: now}
+	return yes, nil
 }
 
 // githubRedirect is the callback's absolute URL, as registered with the App.
-func (h *Handler) githubRedirect(r *http.Request) string {
-	if h.github.base != "" {
-		return h.github.base + GitHubCallbackPath
-	}
-	scheme := "http"
-	if h.secureRequest(r) {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host + GitHubCallbackPath
+func (h *Handler) githubRedirect() string {
+	return h.github.base + GitHubCallbackPath
 }
 
 func (h *Handler) githubStart(w http.ResponseWriter, r *http.Request) {
@@ -89,7 +170,7 @@ func (h *Handler) githubStart(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	// To GitHub's authorize page, from the configuration; GitHub takes only a redirect_uri
 	// among the App's callback URLs.
-	http.Redirect(w, r, h.github.gh.AuthorizeURL(h.githubRedirect(r), state, verifier), http.StatusSeeOther) //nolint:gosec // G710: the target is configured, not the request's
+	http.Redirect(w, r, h.github.gh.AuthorizeURL(h.githubRedirect(), state, verifier), http.StatusSeeOther)
 }
 
 func (h *Handler) setFlowCookie(w http.ResponseWriter, r *http.Request, value string, maxAge time.Duration) {
@@ -140,7 +221,7 @@ func (h *Handler) githubCallback(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "GitHub sent no sign-in code back; sign in with GitHub again.")
 		return
 	}
-	user, err := h.github.gh.SignIn(r.Context(), code, h.githubRedirect(r), flow.verifier)
+	user, err := h.github.gh.SignIn(r.Context(), code, h.githubRedirect(), flow.verifier)
 	if err != nil {
 		h.log.WarnContext(r.Context(), "sign in with GitHub failed", "error", err)
 		h.fail(w, r, http.StatusBadRequest, "GitHub did not confirm who you are; sign in with GitHub again. If it keeps failing, see the server's log.")

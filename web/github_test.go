@@ -39,11 +39,13 @@ func TestBrowserSignInWithGitHubLandsOnTheDeepLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.dash.EnableGitHubSignIn(oauthSignIn{o}, "")
 	for _, name := range []string{"shop", "secret"} {
 		e.importPlan(strings.NewReplacer(`"plan_id": "shop"`, `"plan_id": "`+name+`", "repo": "acme/`+name+`"`).Replace(twoTaskPlan))
 	}
 	base := strings.Replace(e.url, "127.0.0.1", "localhost", 1)
+	if err := e.dash.EnableGitHubSignIn(oauthSignIn{o}, base, nil); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.HasPrefix(gh.URL(), "http://127.0.0.1:") || base == e.url {
 		t.Fatalf("the dashboard (%s) and GitHub (%s) must be on two sites", base, gh.URL())
 	}

@@ -85,6 +85,8 @@ type Handler struct {
 	secure bool // cookies are Secure whatever the request says
 	// github is "Sign in with GitHub" (github.go); nil: not offered.
 	github *githubSignIn
+	// now is the clock of GitHub's cached answers (tests move it).
+	now func() time.Time
 }
 
 // New builds the dashboard over store.
@@ -93,7 +95,7 @@ func New(store *queue.Store, log *slog.Logger, cfg Config) (*Handler, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
-	h := &Handler{store: store, log: log, cfg: cfg, mux: http.NewServeMux()}
+	h := &Handler{store: store, log: log, cfg: cfg, mux: http.NewServeMux(), now: time.Now}
 	if u, err := url.Parse(cfg.PublicURL); err == nil && u.Scheme == "https" {
 		h.secure = true
 	}

@@ -85,6 +85,8 @@ const (
 	DispatchInterval        Name = "WHILLY_DISPATCH_INTERVAL"
 	GitHubClientID          Name = "WHILLY_GITHUB_CLIENT_ID"
 	GitHubClientSecret      Name = "WHILLY_GITHUB_CLIENT_SECRET"
+	TokenSealKey            Name = "WHILLY_TOKEN_SEAL_KEY"
+	TokenSealKeyOld         Name = "WHILLY_TOKEN_SEAL_KEY_OLD"
 )
 
 // AgentNames are the built-in agents (a test in package agent keeps them equal to
@@ -231,6 +233,11 @@ func Vars() []Var {
 			Doc: "the App's webhook secret; deliveries without its signature get 401"},
 		{Name: GitHubAPIURL, Section: secGitHub, Kind: KindURL, Default: "https://api.github.com/", Commands: gh,
 			Doc: "REST base URL (GitHub Enterprise Server: https://HOST/api/v3/)"},
+		{Name: TokenSealKey, Section: secGitHub, Kind: KindSecret, Commands: srv, Check: sealKey,
+			DefaultText: "generated once in WHILLY_DATA_DIR/token-seal.key",
+			Doc:         "the secret (32 bytes or more) the push tokens of leases are sealed with in the database; every control plane of one database must have the same, so set it when there are several"},
+		{Name: TokenSealKeyOld, Section: secGitHub, Kind: KindSecret, Commands: srv, Check: sealKey,
+			Doc: "the former WHILLY_TOKEN_SEAL_KEY after a rotation: it seals nothing, but the tokens sealed under it still open for their revocation (an hour is enough)"},
 		{Name: GitHubToken, Section: secGitHub, Kind: KindSecret, Commands: []Command{Forge},
 			Doc: "a token for `whilly forge intake` without an App"},
 		{Name: GitHubDeliveries, Section: secGitHub, Kind: KindEnum, Values: []string{"push", "pull"}, Default: "push", Commands: srv,
@@ -270,6 +277,14 @@ func pricesFile(s string) error {
 func positiveInt(s string) error {
 	if n, err := strconv.ParseInt(s, 10, 64); err != nil || n <= 0 {
 		return fmt.Errorf("%q is not the App's numeric id (a positive whole number)", s)
+	}
+	return nil
+}
+
+// sealKey checks a push token seal secret's length.
+func sealKey(s string) error {
+	if len(s) < 32 {
+		return fmt.Errorf("it is %d bytes; it must be 32 or more (openssl rand -base64 32)", len(s))
 	}
 	return nil
 }
