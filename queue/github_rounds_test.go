@@ -255,3 +255,26 @@ func TestRoundUnderApprovalWaits(t *testing.T) {
 		t.Fatalf("after approval claimed %+v; want pr-round-3", c)
 	}
 }
+
+// A check round awaiting approval whose suite passes on re-run ends without work and the
+// plan is DONE again, not left waiting for an approval of nothing.
+func TestCheckRoundAwaitingApprovalResolvedByARerun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, id := donePlanWithPull(t, 0)
+	r := roundReq(id, queue.RoundCheck, "5@aaaa", 3)
+	r.HeadSHA, r.RequireApproval = "aaaa", true
+	if res, err := st.StartRound(ctx, r); err != nil || res.Outcome != queue.RoundStarted {
+		t.Fatal(res, err)
+	}
+	if s, _ := st.PlanStatus(ctx, id); s != plan.PlanPaused {
+		t.Fatalf("plan %s; want PAUSED", s)
+	}
+	if n, err := st.ResolveCheckRound(ctx, roundRepo, 7, "aaaa"); err != nil || n != 2 {
+		t.Fatalf("resolve: %d, %v; want round 2", n, err)
+	}
+	pi, err := st.GetPlan(ctx, id)
+	if err != nil || pi.Status != plan.PlanDone || pi.PauseReason != "" {
+		t.Fatalf("plan %s (%s), %v; want DONE", pi.Status, pi.PauseReason, err)
+	}
+}
