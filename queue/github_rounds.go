@@ -111,7 +111,8 @@ const RoundTaskPrefix = "pr-round-"
 // pr.round_refused event) when the plan's budget is spent or the pull request has had
 // MaxRounds rounds already; else one task that depends on the plan's last task — so
 // feedback that arrives while a round runs waits for it, and is the next round — the
-// plan back to ACTIVE (plan.reopened) and a pr.round event. The PlanChanged hook runs, so
+// plan back to ACTIVE (plan.reopened; under RequireApproval PAUSED awaiting approval
+// of its new digest, from any state) and a pr.round event. The PlanChanged hook runs, so
 // the mirror turns the pull request back into a draft and shows the round.
 func (s *Store) StartRound(ctx context.Context, req RoundRequest) (RoundResult, error) {
 	var res RoundResult
