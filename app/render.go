@@ -300,7 +300,7 @@ func pauseNotes(w func(format string, args ...any), v StatusView) {
 		w("> [!WARNING]\n> whilly is paused by its operator: no new task starts until it resumes; running tasks finish.\n\n")
 	}
 	if v.Digest != "" && v.Plan.Status == plan.PlanPaused && v.Plan.PauseReason == queue.PauseApproval {
-		w("> [!IMPORTANT]\n> This plan waits for approval. A collaborator with write access reviews the tasks below, then comments:\n>\n> ```\n> /whilly approve %s\n> ```\n>\n> The digest covers every task as the agent will get it; if the plan changes, the digest changes and an older one is refused.\n\n", v.Digest)
+		w("> [!IMPORTANT]\n> This plan waits for approval. A collaborator with write access reviews the tasks below, then comments:\n>\n> ```\n> /whilly approve %s\n> ```\n>\n> The digest covers the plan's name and every task as the agent will get them; if the plan changes, the digest changes and an older one is refused.\n\n", v.Digest)
 		w("<details><summary>The plan to approve: %d tasks as the agent will get them</summary>\n\n%s\n</details>\n\n", len(v.Tasks), fenced(reviewText(v.Plan, v.Tasks)))
 	}
 }
@@ -313,6 +313,13 @@ const maxReview = 30_000
 // whole plan is.
 func reviewText(p queue.PlanInfo, tasks []queue.TaskInfo) string {
 	var b strings.Builder
+	if name := strings.TrimRight(p.Name, "\n"); name != "" {
+		// Every task's prompt shows the plan's name.
+		b.WriteString("plan name:\n")
+		for _, line := range strings.Split(name, "\n") {
+			fmt.Fprintf(&b, "  | %s\n", line)
+		}
+	}
 	if p.Repo != "" {
 		fmt.Fprintf(&b, "repository: %s\n", p.Repo)
 	}

@@ -480,6 +480,7 @@ func (s *Service) startRound(ctx context.Context, t pullTarget, req queue.RoundR
 func (s *Service) round(ctx context.Context, t pullTarget, req queue.RoundRequest) (queue.RoundResult, error) {
 	req.PlanID, req.Repo, req.Number = t.plan.ID, t.pr.Repo, t.pr.Number
 	req.MaxRounds, req.AnalysisWait = s.cfg.maxRounds(), s.cfg.AnalysisWait
+	req.RequireApproval = s.cfg.RequireApproval
 	return s.store.StartRound(ctx, req)
 }
 

@@ -71,6 +71,10 @@ type RoundRequest struct {
 	// ByHand (/whilly retry) starts the round past the limit and after /whilly stop; the
 	// budget still applies.
 	ByHand bool
+	// RequireApproval (WHILLY_REQUIRE_APPROVAL): the round's task changes the plan's
+	// digest, so the plan waits PAUSED (reason approval) until its new digest is approved,
+	// whatever its state was; a task already running finishes.
+	RequireApproval bool
 	// Analysis, when set, is shown to the failure analyzer (the TaskFailed hook runs for
 	// the new task as for a failed attempt) and the task waits up to AnalysisWait for
 	// its finding.
@@ -107,7 +111,8 @@ const RoundTaskPrefix = "pr-round-"
 // pr.round_refused event) when the plan's budget is spent or the pull request has had
 // MaxRounds rounds already; else one task that depends on the plan's last task — so
 // feedback that arrives while a round runs waits for it, and is the next round — the
-// plan back to ACTIVE (plan.reopened) and a pr.round event. The PlanChanged hook runs, so
+// plan back to ACTIVE (plan.reopened; under RequireApproval PAUSED awaiting approval
+// of its new digest, from any state) and a pr.round event. The PlanChanged hook runs, so
 // the mirror turns the pull request back into a draft and shows the round.
 func (s *Store) StartRound(ctx context.Context, req RoundRequest) (RoundResult, error) {
 	var res RoundResult
@@ -254,13 +259,8 @@ func (s *Store) addRoundTask(ctx context.Context, tx pgx.Tx, req RoundRequest, s
 		WHERE plan_id = $1 AND id = $2 RETURNING version`, req.PlanID, id, rc, hold, req.AnalysisWait.Seconds()).Scan(&version); err != nil {
 		return fmt.Errorf("record round context of task %s: %w", id, err)
 	}
-	if st != plan.PlanActive && st != plan.PlanPaused {
-		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'ACTIVE', pause_reason = NULL, updated_at = now() WHERE id = $1`, req.PlanID); err != nil {
-			return fmt.Errorf("reopen plan %s: %w", req.PlanID, err)
-		}
-		if err := insertEvent(ctx, tx, req.PlanID, "", EventPlanReopened, map[string]any{"from": st, "tasks_created": 1, "round": res.Round}, nil); err != nil {
-			return err
-		}
+	if err := reopenForRound(ctx, tx, req, st, res.Round); err != nil {
+		return err
 	}
 	if err := insertRound(ctx, tx, req, res.Round, id, RoundStarted, ""); err != nil {
 		return err
@@ -281,6 +281,36 @@ func (s *Store) addRoundTask(ctx context.Context, tx pgx.Tx, req RoundRequest, s
 		}
 	}
 	return s.changed(ctx, tx, req.PlanID)
+}
+
+// reopenForRound sets the plan's status for a round's new task: ACTIVE again when it had
+// ended; under approval PAUSED (reason approval) from any state, because the task — feedback
+// and CI output, not the text that was approved — changed what the plan asks of agents.
+func reopenForRound(ctx context.Context, tx pgx.Tx, req RoundRequest, st plan.PlanStatus, round int) error {
+	var reason string
+	if err := tx.QueryRow(ctx, `SELECT coalesce(pause_reason, '') FROM plans WHERE id = $1`, req.PlanID).Scan(&reason); err != nil {
+		return fmt.Errorf("read plan %s: %w", req.PlanID, err)
+	}
+	ended := st != plan.PlanActive && st != plan.PlanPaused
+	switch {
+	case req.RequireApproval && (st != plan.PlanPaused || reason != PauseApproval):
+		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'PAUSED', pause_reason = $2, updated_at = now() WHERE id = $1`, req.PlanID, PauseApproval); err != nil {
+			return fmt.Errorf("pause plan %s for approval of round %d: %w", req.PlanID, round, err)
+		}
+		payload := map[string]any{"from": st, "tasks_created": 1, "round": round, "pause_reason": PauseApproval}
+		typ := EventPlanReopened
+		if !ended {
+			typ = EventPlanPaused
+			payload = map[string]any{"from": st, "round": round, "pause_reason": PauseApproval, "by": "whilly"}
+		}
+		return insertEvent(ctx, tx, req.PlanID, "", typ, payload, nil)
+	case ended:
+		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'ACTIVE', pause_reason = NULL, updated_at = now() WHERE id = $1`, req.PlanID); err != nil {
+			return fmt.Errorf("reopen plan %s: %w", req.PlanID, err)
+		}
+		return insertEvent(ctx, tx, req.PlanID, "", EventPlanReopened, map[string]any{"from": st, "tasks_created": 1, "round": round}, nil)
+	}
+	return nil
 }
 
 // maxBranchCommits bounds the commits a round's prompt lists.

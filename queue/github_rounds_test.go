@@ -193,3 +193,88 @@ func TestCheckRoundResolvedByARerun(t *testing.T) {
 		t.Errorf("round after a resolved one with a limit of 1: %+v", res)
 	}
 }
+
+// Under approval every round waits for its new digest: from DONE the plan reopens PAUSED
+// (reason approval, plan.reopened says so); a second review while the first round's
+// task runs pauses the ACTIVE plan (plan.paused) so its task is not claimed; the running
+// attempt still completes. Approved, the queued task runs.
+func TestRoundUnderApprovalWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, id := donePlanWithPull(t, 0)
+	w := register(t, st)
+	req := roundReq(id, queue.RoundReview, "42", 3)
+	req.RequireApproval = true
+	if res, err := st.StartRound(ctx, req); err != nil || res.Outcome != queue.RoundStarted {
+		t.Fatalf("round = %+v, %v", res, err)
+	}
+	pi, err := st.GetPlan(ctx, id)
+	if err != nil || pi.Status != plan.PlanPaused || pi.PauseReason != queue.PauseApproval {
+		t.Fatalf("plan after a round under approval: %s (%s), %v; want PAUSED (approval)", pi.Status, pi.PauseReason, err)
+	}
+	reopened := eventsOfType(t, st, queue.EventPlanReopened)
+	if len(reopened) != 1 || payloadOf(t, reopened[0])["pause_reason"] != queue.PauseApproval {
+		t.Fatalf("plan.reopened = %+v; want one with pause_reason approval", reopened)
+	}
+	if c := tryClaim(t, st, w, id); c != nil {
+		t.Fatalf("claimed %s before approval", c.Task.ID)
+	}
+	if _, err := st.ApprovePlan(ctx, id, "", queue.Actor{By: "@maintainer"}); err != nil {
+		t.Fatal(err)
+	}
+	c := mustClaim(t, st, w, id)
+	if _, err := st.Start(ctx, leaseOf(c, w.ID)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A second review while round 2 runs: the plan pauses for approval again.
+	req = roundReq(id, queue.RoundReview, "43", 3)
+	req.RequireApproval = true
+	if res, err := st.StartRound(ctx, req); err != nil || res.Outcome != queue.RoundStarted {
+		t.Fatalf("round 3 = %+v, %v", res, err)
+	}
+	if pi, _ := st.GetPlan(ctx, id); pi.Status != plan.PlanPaused || pi.PauseReason != queue.PauseApproval {
+		t.Fatalf("ACTIVE plan after a round under approval: %s (%s); want PAUSED (approval)", pi.Status, pi.PauseReason)
+	}
+	if paused := eventsOfType(t, st, queue.EventPlanPaused); len(paused) != 1 || payloadOf(t, paused[0])["pause_reason"] != queue.PauseApproval {
+		t.Fatalf("plan.paused = %+v; want one with pause_reason approval", paused)
+	}
+	if _, err := st.Complete(ctx, leaseOf(c, w.ID), queue.CompleteInput{HeadSHA: "bbbbbbbbbbbbbbbbbbbb"}); err != nil {
+		t.Fatalf("the running attempt could not complete: %v", err)
+	}
+	if c := tryClaim(t, st, w, id); c != nil {
+		t.Fatalf("claimed %s before round 3 was approved", c.Task.ID)
+	}
+	if pi, _ := st.GetPlan(ctx, id); pi.Status != plan.PlanPaused || pi.PauseReason != queue.PauseApproval {
+		t.Fatalf("plan after round 2 completed: %s (%s); want PAUSED (approval)", pi.Status, pi.PauseReason)
+	}
+	if _, err := st.ApprovePlan(ctx, id, "", queue.Actor{By: "@maintainer"}); err != nil {
+		t.Fatal(err)
+	}
+	if c := tryClaim(t, st, w, id); c == nil || c.Task.ID != "pr-round-3" {
+		t.Fatalf("after approval claimed %+v; want pr-round-3", c)
+	}
+}
+
+// A check round awaiting approval whose suite passes on re-run ends without work and the
+// plan is DONE again, not left waiting for an approval of nothing.
+func TestCheckRoundAwaitingApprovalResolvedByARerun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, id := donePlanWithPull(t, 0)
+	r := roundReq(id, queue.RoundCheck, "5@aaaa", 3)
+	r.HeadSHA, r.RequireApproval = "aaaa", true
+	if res, err := st.StartRound(ctx, r); err != nil || res.Outcome != queue.RoundStarted {
+		t.Fatal(res, err)
+	}
+	if s, _ := st.PlanStatus(ctx, id); s != plan.PlanPaused {
+		t.Fatalf("plan %s; want PAUSED", s)
+	}
+	if n, err := st.ResolveCheckRound(ctx, roundRepo, 7, "aaaa"); err != nil || n != 2 {
+		t.Fatalf("resolve: %d, %v; want round 2", n, err)
+	}
+	pi, err := st.GetPlan(ctx, id)
+	if err != nil || pi.Status != plan.PlanDone || pi.PauseReason != "" {
+		t.Fatalf("plan %s (%s), %v; want DONE", pi.Status, pi.PauseReason, err)
+	}
+}

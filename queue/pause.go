@@ -262,16 +262,25 @@ func (s *Store) ApprovePlan(ctx context.Context, planID, digest string, a Actor)
 		if st != plan.PlanPaused || reason != PauseApproval {
 			return fmt.Errorf("plan %s does not await approval (it is %s): %w", planID, describeStatus(st, reason), ErrConflict)
 		}
-		have, err := planDigest(ctx, tx, planID)
+		p, err := planDefinition(ctx, tx, planID)
 		if err != nil {
 			return err
 		}
-		if want != "" && want != have {
+		have := plan.Digest(p)
+		switch {
+		case want == "" || want == have:
+		case want == plan.DigestV1(p):
+			// Shown before the digest covered the plan's name: it cannot say the name
+			// was seen, so it approves nothing; the status comment now shows the digest.
+			return fmt.Errorf("digest %s of plan %s is of whilly's earlier digest format, which did not cover the plan's name; "+
+				"review the plan and approve the digest its status comment shows now: %w: %w", want[:12], planID, ErrStaleDigest, ErrConflict)
+		default:
 			return fmt.Errorf("plan %s changed since digest %s was shown; review it and approve its digest now: %w: %w",
 				planID, want[:12], ErrStaleDigest, ErrConflict)
 		}
 		ch.Changed, ch.Digest = true, have
-		return s.setPlanStatus(ctx, tx, planID, plan.PlanActive, "", EventPlanApproved, withBy(map[string]any{"digest": have}, a.By))
+		return s.setPlanStatus(ctx, tx, planID, plan.PlanActive, "", EventPlanApproved,
+			withBy(map[string]any{"digest": have, "digest_version": plan.DigestVersion}, a.By))
 	})
 	return s.planChange(ctx, planID, ch, err)
 }
@@ -287,35 +296,48 @@ func (s *Store) PlanDigest(ctx context.Context, planID string) (string, error) {
 	return d, err
 }
 
-// planDigest reads the plan's definition — repository, verify commands and tasks in file
-// order — and digests it.
+// planDigest reads the plan's definition and digests it.
 func planDigest(ctx context.Context, tx pgx.Tx, planID string) (string, error) {
+	p, err := planDefinition(ctx, tx, planID)
+	if err != nil {
+		return "", err
+	}
+	return plan.Digest(p), nil
+}
+
+// planDefinition reads what a plan's digest covers: its name, repository, verify
+// commands and tasks in file order.
+func planDefinition(ctx context.Context, tx pgx.Tx, planID string) (*plan.Plan, error) {
 	pi, err := scanPlan(tx.QueryRow(ctx, `SELECT `+planColumnsNoCounts+` FROM plans p WHERE p.id = $1`, planID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("plan %s: %w", planID, ErrNotFound)
+		return nil, fmt.Errorf("plan %s: %w", planID, ErrNotFound)
 	}
 	if err != nil {
-		return "", fmt.Errorf("read plan %s: %w", planID, err)
+		return nil, fmt.Errorf("read plan %s: %w", planID, err)
 	}
 	rows, err := tx.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE plan_id = $1 ORDER BY ord`, planID)
 	if err != nil {
-		return "", fmt.Errorf("read tasks of plan %s: %w", planID, err)
+		return nil, fmt.Errorf("read tasks of plan %s: %w", planID, err)
 	}
 	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TaskInfo, error) { return scanTask(r) })
 	if err != nil {
-		return "", fmt.Errorf("read tasks of plan %s: %w", planID, err)
+		return nil, fmt.Errorf("read tasks of plan %s: %w", planID, err)
 	}
-	return DigestOf(pi, tasks), nil
+	return definitionOf(pi, tasks), nil
 }
 
 // DigestOf is the content digest (plan.Digest) of a plan read from the store: its row
 // and its tasks in file order. The status comment shows it; ApprovePlan checks it.
 func DigestOf(pi PlanInfo, tasks []TaskInfo) string {
-	p := plan.Plan{ID: pi.ID, Repo: pi.Repo, Verify: pi.Verify, Tasks: make([]plan.Task, 0, len(tasks))}
+	return plan.Digest(definitionOf(pi, tasks))
+}
+
+func definitionOf(pi PlanInfo, tasks []TaskInfo) *plan.Plan {
+	p := plan.Plan{ID: pi.ID, Name: pi.Name, Repo: pi.Repo, Verify: pi.Verify, Tasks: make([]plan.Task, 0, len(tasks))}
 	for _, t := range tasks {
 		p.Tasks = append(p.Tasks, t.Task())
 	}
-	return plan.Digest(&p)
+	return &p
 }
 
 // planChange finishes PausePlan, ResumePlan and ApprovePlan: the plan as it is now.

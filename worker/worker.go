@@ -597,7 +597,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, c *client.Claim,
 	}, t.Attempt)
 	in.PreviousError, in.TrizFinding = t.LastError, t.TrizFinding
 	if r := t.Round; r != nil {
-		in.Round = &agent.Round{Number: r.Number, Summary: r.Summary, Commits: r.Commits}
+		in.Round = &agent.Round{Number: r.Number, Trigger: r.Trigger, Summary: r.Summary, Commits: r.Commits}
 	}
 	if t.LastOutput != "" {
 		in.PreviousError += "\n" + t.LastOutput
