@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/extension"
@@ -97,6 +98,9 @@ func StripHidden(s string) (string, []string) {
 
 type visibleWriter struct {
 	kinds map[string]bool
+	// listAlt is set when the last list written used the other markers ("+", "1)"): two
+	// lists one after the other take turns, or Markdown would read them as one.
+	listAlt bool
 }
 
 func (w *visibleWriter) note(kind string) { w.kinds[kind] = true }
@@ -156,7 +160,7 @@ const maxDepth = 64
 func (w *visibleWriter) blocks(n *html.Node, depth int) string {
 	var (
 		parts []string
-		inl   strings.Builder
+		inl   inlineText
 	)
 	flush := func() {
 		if p := paragraph(inl.String()); p != "" {
@@ -182,13 +186,13 @@ func (w *visibleWriter) blocks(n *html.Node, depth int) string {
 // block renders one block element.
 func (w *visibleWriter) block(n *html.Node, depth int) string {
 	if depth > maxDepth {
-		var b strings.Builder
+		var b inlineText
 		w.inline(n, &b, depth)
 		return paragraph(b.String())
 	}
 	switch n.DataAtom {
 	case atom.H1, atom.H2, atom.H3, atom.H4, atom.H5, atom.H6:
-		var b strings.Builder
+		var b inlineText
 		w.inlineChildren(n, &b, depth)
 		h := strings.Join(strings.Fields(b.String()), " ")
 		if h == "" {
@@ -215,7 +219,7 @@ func (w *visibleWriter) block(n *html.Node, depth int) string {
 					rows = append(rows, r)
 				}
 			} else {
-				var b strings.Builder
+				var b inlineText
 				w.inline(c, &b, depth)
 				if p := paragraph(b.String()); p != "" {
 					rows = append(rows, p)
@@ -226,7 +230,7 @@ func (w *visibleWriter) block(n *html.Node, depth int) string {
 	case atom.Tr:
 		var cells []string
 		for c := n.FirstChild; c != nil; c = c.NextSibling {
-			var b strings.Builder
+			var b inlineText
 			if c.Type == html.ElementNode && (c.DataAtom == atom.Td || c.DataAtom == atom.Th) {
 				w.attrs(c)
 				w.inlineChildren(c, &b, depth)
@@ -244,6 +248,8 @@ func (w *visibleWriter) block(n *html.Node, depth int) string {
 
 // list renders a list, each item's lines under its marker.
 func (w *visibleWriter) list(n *html.Node, depth int) string {
+	alt := w.listAlt
+	defer func() { w.listAlt = !alt }()
 	num := 1
 	if n.DataAtom == atom.Ol {
 		if v, err := strconv.Atoi(attr(n, "start")); err == nil && v >= 0 && v < 1e9 {
@@ -257,7 +263,7 @@ func (w *visibleWriter) list(n *html.Node, depth int) string {
 			w.attrs(c)
 			body = w.blocks(c, depth+1)
 		} else {
-			var b strings.Builder
+			var b inlineText
 			w.inline(c, &b, depth+1)
 			body = paragraph(b.String())
 		}
@@ -267,7 +273,12 @@ func (w *visibleWriter) list(n *html.Node, depth int) string {
 		marker := "- "
 		if n.DataAtom == atom.Ol {
 			marker = strconv.Itoa(num) + ". "
+			if alt {
+				marker = strconv.Itoa(num) + ") "
+			}
 			num++
+		} else if alt {
+			marker = "+ "
 		}
 		items = append(items, prefixLines(body, marker, strings.Repeat(" ", len(marker))))
 	}
@@ -318,17 +329,17 @@ func (w *visibleWriter) rawText(n *html.Node, b *strings.Builder) {
 	}
 }
 
-func (w *visibleWriter) inlineChildren(n *html.Node, b *strings.Builder, depth int) {
+func (w *visibleWriter) inlineChildren(n *html.Node, b *inlineText, depth int) {
 	for c := n.FirstChild; c != nil; c = c.NextSibling {
 		w.inline(c, b, depth+1)
 	}
 }
 
 // inline writes the visible text of n, escaped, to b.
-func (w *visibleWriter) inline(n *html.Node, b *strings.Builder, depth int) {
+func (w *visibleWriter) inline(n *html.Node, b *inlineText, depth int) {
 	switch n.Type {
 	case html.TextNode:
-		b.WriteString(escapeText(w.runes(n.Data)))
+		b.Text(w.runes(n.Data))
 		return
 	case html.ElementNode:
 	default:
@@ -376,15 +387,21 @@ func (w *visibleWriter) inline(n *html.Node, b *strings.Builder, depth int) {
 			return
 		}
 		w.attrs(n)
-		var t strings.Builder
-		w.inlineChildren(n, &t, depth)
+		w.inlineChildren(n, b, depth)
 		if !linkShown(attr(n, "href"), attr(n, "class"), plainText(n)) || strings.TrimSpace(attr(n, "title")) != "" {
 			w.note(HiddenLinks)
 		}
-		b.WriteString(t.String())
 		return
 	}
 	w.attrs(n)
+	if n.DataAtom == atom.Strong || n.DataAtom == atom.B {
+		// Bold stays bold where it can be written so: a bold line is how issues head
+		// their "Acceptance criteria" and "Test steps".
+		var t inlineText
+		w.inlineChildren(n, &t, depth)
+		b.WriteString(strongText(n, t.String()))
+		return
+	}
 	if depth > maxDepth || blockElems[n.DataAtom] {
 		b.WriteString("\n")
 		defer b.WriteString("\n")
@@ -392,19 +409,110 @@ func (w *visibleWriter) inline(n *html.Node, b *strings.Builder, depth int) {
 	w.inlineChildren(n, b, depth)
 }
 
-// linkShown reports whether a link's destination is on the page anyway: the link's
-// text is its address (an autolink), or it is a footnote's.
-func linkShown(href, class, text string) bool {
-	href, text = strings.TrimSpace(href), strings.TrimSpace(text)
-	if href == "" || strings.HasPrefix(class, "footnote-ref") {
-		return true
+// strongText is bold text t as `**t**` when it stands apart from the text around it
+// (Markdown would read the asterisks back as bold), else as it is.
+func strongText(n *html.Node, t string) string {
+	if t == "" || strings.TrimSpace(t) != t || strings.Contains(t, "\n") || strings.HasPrefix(t, `\*`) || strings.HasSuffix(t, `\*`) {
+		return t
 	}
-	for _, p := range []string{"", "http://", "https://", "mailto:"} {
-		if href == p+text {
+	apart := func(s *html.Node, edge func(string) (rune, bool)) bool {
+		if s == nil {
 			return true
 		}
+		if s.Type != html.TextNode {
+			return false
+		}
+		r, ok := edge(s.Data)
+		return !ok || unicode.IsSpace(r) || r == ':' || r == '.' || r == ','
 	}
-	return false
+	last := func(s string) (rune, bool) {
+		r := []rune(s)
+		if len(r) == 0 {
+			return 0, false
+		}
+		return r[len(r)-1], true
+	}
+	first := func(s string) (rune, bool) {
+		for _, r := range s {
+			return r, true
+		}
+		return 0, false
+	}
+	if !apart(n.PrevSibling, last) || !apart(n.NextSibling, first) {
+		return t
+	}
+	if r, _ := first(t); unicode.IsPunct(r) || unicode.IsSymbol(r) {
+		return t
+	}
+	if r, _ := last(t); unicode.IsPunct(r) && r != ':' || unicode.IsSymbol(r) {
+		return t
+	}
+	return "**" + t + "**"
+}
+
+// inlineText is inline Markdown being written: text is escaped a run at a time, so that
+// what is escaped does not depend on how the renderer split the text.
+type inlineText struct {
+	out, raw strings.Builder
+}
+
+// Text adds text as the page shows it.
+func (t *inlineText) Text(s string) { t.raw.WriteString(s) }
+
+// WriteString adds Markdown as it is.
+func (t *inlineText) WriteString(s string) {
+	t.flush()
+	t.out.WriteString(s)
+}
+
+func (t *inlineText) flush() {
+	t.out.WriteString(escapeText(t.raw.String()))
+	t.raw.Reset()
+}
+
+func (t *inlineText) String() string {
+	t.flush()
+	return t.out.String()
+}
+
+func (t *inlineText) Reset() {
+	t.out.Reset()
+	t.raw.Reset()
+}
+
+// linkShown reports whether a link's destination is on the page anyway: the link's
+// text is its address (an autolink, also percent-encoded), or it is a footnote's.
+func linkShown(href, class, text string) bool {
+	if strings.TrimSpace(href) == "" || strings.HasPrefix(class, "footnote-ref") {
+		return true
+	}
+	return bareURL(href) == bareURL(text)
+}
+
+// bareURL is an address without its scheme, its percent escapes decoded.
+func bareURL(s string) string {
+	s = strings.TrimSpace(s)
+	for _, p := range []string{"mailto:", "http://", "https://"} {
+		if len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) {
+			s = s[len(p):]
+			break
+		}
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			v, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			b.WriteByte(byte(v))
+			i += 2
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
 func plainText(n *html.Node) string {
@@ -469,18 +577,20 @@ func escapeText(s string) string {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch c {
-		case '\\', '`', '*', '[', ']', '~', '|':
+		case '\\', '`', '*', '[', ']', '~', '|', '&':
 			b.WriteByte('\\')
 		case '_':
 			if i == 0 || i == len(s)-1 || !isAlnum(s[i-1]) || !isAlnum(s[i+1]) {
 				b.WriteByte('\\')
 			}
 		case '<':
-			b.WriteByte('\\')
-		case '&':
-			if i+1 < len(s) && (isAlnum(s[i+1]) || s[i+1] == '#') {
-				b.WriteByte('\\')
+			if i+1 < len(s) && s[i+1] == '!' {
+				// "<\!" reads as text too, and never spells the start of a comment.
+				b.WriteString(`<\!`)
+				i++
+				continue
 			}
+			b.WriteByte('\\')
 		}
 		b.WriteByte(c)
 	}
@@ -558,15 +668,17 @@ func longestRun(s string, c byte) int {
 // visibleRunes drops characters that render as nothing: format characters (zero-width
 // spaces and joiners, bidi controls, the BOM, soft hyphens, Unicode tags), variation
 // selectors, Hangul fillers and the blank Braille pattern, and control characters but
-// tab and newline. One emoji presentation selector (U+FE0E, U+FE0F) right after a
+// tab and newline, and bytes that are not UTF-8. One emoji presentation selector (U+FE0E, U+FE0F) right after a
 // visible non-ASCII character stays: it is how ❤️ and ⚠️ are written.
 func visibleRunes(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
 	prev := rune(0)
-	for _, r := range s {
+	for i, r := range s {
 		keep := true
 		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			keep = false
 		case r == '\n' || r == '\t':
 		case r == 0xFE0E || r == 0xFE0F:
 			keep = prev > unicode.MaxASCII && !isSelector(prev)

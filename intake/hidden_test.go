@@ -370,3 +370,36 @@ func FuzzStripHidden(f *testing.F) {
 		}
 	})
 }
+
+// TestVisibleTextMakesTheSamePlan: the plan made from an issue's visible text is the plan
+// made from its source: task list, bold and heading sections, numbered lists, key files
+// in code spans, a ~~~whilly block.
+func TestVisibleTextMakesTheSamePlan(t *testing.T) {
+	t.Parallel()
+	body := "Intro with a_b and *emphasis*\n\n- [ ] First task, described well enough\n- [x] Already done item\n* [ ] Second task, also described well\n\n" +
+		"```\n- [ ] not a task: inside code\n```\n\n**Acceptance criteria:**\n1. login returns 429 on the sixth try\n\n### Test steps\n- go test ./app\n\n## Key files\n- `app/login.go`\n"
+	it := intake.IssueText{Ref: testRef, Title: "Rate limit", Body: body}
+	visible, kinds := intake.StripHidden(body)
+	if len(kinds) != 0 {
+		t.Errorf("kinds = %v", kinds)
+	}
+	want := intake.FromText(it, "id")
+	it.Body = visible
+	got := intake.FromText(it, "id")
+	if len(got.Plan.Tasks) != 2 || len(want.Plan.Tasks) != 2 || !slices.Equal(got.Notes, want.Notes) {
+		t.Fatalf("tasks %d, notes %v from the visible text:\n%s", len(got.Plan.Tasks), got.Notes, visible)
+	}
+	for i, g := range got.Plan.Tasks {
+		w := want.Plan.Tasks[i]
+		if g.Description != w.Description || !slices.Equal(g.AcceptanceCriteria, w.AcceptanceCriteria) ||
+			!slices.Equal(g.TestSteps, w.TestSteps) || !slices.Equal(g.KeyFiles, w.KeyFiles) {
+			t.Errorf("task %d from the visible text:\n%+v\nwant\n%+v\nvisible text:\n%s", i, g, w, visible)
+		}
+	}
+	block := "text\n~~~whilly\n{\"project\": \"P\", \"tasks\": [{\"id\": \"A\", \"priority\": \"high\", \"description\": \"d <!-- kept in code -->\"}]}\n~~~\n"
+	visible, _ = intake.StripHidden(block)
+	b, ok := intake.FromBlock(intake.IssueText{Ref: testRef, Body: visible}, "id", intake.Policy{})
+	if !ok || b.Plan == nil || len(b.Plan.Tasks) != 1 || b.Plan.Tasks[0].Description != "d <!-- kept in code -->" {
+		t.Errorf("the ~~~whilly block from the visible text %q: %+v", visible, b)
+	}
+}
