@@ -78,15 +78,20 @@ func StripHidden(s string) (string, []string) {
 		return "", []string{HiddenHTML}
 	}
 	w.markupKinds(rendered.Bytes())
+	var out string
 	nodes, err := html.ParseFragment(bytes.NewReader(rendered.Bytes()), &html.Node{Type: html.ElementNode, Data: "body", DataAtom: atom.Body})
-	if err != nil {
-		return "", []string{HiddenHTML}
+	if err == nil {
+		root := &html.Node{Type: html.ElementNode, Data: "body", DataAtom: atom.Body}
+		for _, n := range nodes {
+			root.AppendChild(n)
+		}
+		out = w.blocks(root, 0)
 	}
-	root := &html.Node{Type: html.ElementNode, Data: "body", DataAtom: atom.Body}
-	for _, n := range nodes {
-		root.AppendChild(n)
+	if err != nil || len(out) > 2*len(s)+64 {
+		// Nesting too deep for the HTML parser, or so deep that the quotes' and lists'
+		// prefixes would multiply the text: the same text, flat.
+		out = w.flatText(rendered.Bytes())
 	}
-	out := w.blocks(root, 0)
 	var kinds []string
 	for _, k := range hiddenOrder {
 		if w.kinds[k] {
@@ -101,6 +106,7 @@ type visibleWriter struct {
 	// listAlt is set when the last list written used the other markers ("+", "1)"): two
 	// lists one after the other take turns, or Markdown would read them as one.
 	listAlt bool
+	quoted  bool // inside a block quote
 }
 
 func (w *visibleWriter) note(kind string) { w.kinds[kind] = true }
@@ -129,6 +135,44 @@ func (w *visibleWriter) markupKinds(h []byte) {
 				w.note(HiddenComments)
 			} else {
 				w.note(HiddenMarkup)
+			}
+		}
+	}
+}
+
+// flatText is the visible text of rendered HTML as plain paragraphs, without nesting.
+func (w *visibleWriter) flatText(h []byte) string {
+	z := html.NewTokenizer(bytes.NewReader(h))
+	var (
+		b    inlineText
+		skip int
+	)
+	for {
+		tt := z.Next()
+		switch tt {
+		case html.ErrorToken:
+			return paragraph(b.String())
+		case html.TextToken:
+			if skip == 0 {
+				b.Text(w.runes(string(z.Text())))
+			}
+		case html.StartTagToken, html.SelfClosingTagToken, html.EndTagToken:
+			name, more := z.TagName()
+			n := &html.Node{Type: html.ElementNode, Data: string(name), DataAtom: atom.Lookup(name)}
+			for more {
+				var k, v []byte
+				k, v, more = z.TagAttr()
+				n.Attr = append(n.Attr, html.Attribute{Key: string(k), Val: string(v)})
+			}
+			w.attrs(n)
+			if unshown[n.DataAtom] && tt == html.StartTagToken {
+				w.note(HiddenHTML)
+				skip++
+			} else if unshown[n.DataAtom] && tt == html.EndTagToken && skip > 0 {
+				skip--
+			}
+			if blockElems[n.DataAtom] || n.DataAtom == atom.Br {
+				b.WriteString("\n")
 			}
 		}
 	}
@@ -207,6 +251,11 @@ func (w *visibleWriter) block(n *html.Node, depth int) string {
 	case atom.Hr:
 		return "---"
 	case atom.Blockquote:
+		if w.quoted {
+			return w.blocks(n, depth) // a quote in a quote is the same quote
+		}
+		w.quoted = true
+		defer func() { w.quoted = false }()
 		return prefixLines(w.blocks(n, depth), "> ", "> ")
 	case atom.Ul, atom.Ol:
 		return w.list(n, depth)
