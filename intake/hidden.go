@@ -136,6 +136,7 @@ func (w *visibleWriter) markupKinds(h []byte) {
 			} else {
 				w.note(HiddenMarkup)
 			}
+		default:
 		}
 	}
 }
@@ -174,6 +175,7 @@ func (w *visibleWriter) flatText(h []byte) string {
 			if blockElems[n.DataAtom] || n.DataAtom == atom.Br {
 				b.WriteString("\n")
 			}
+		default: // comments and doctypes: noted from the tokens
 		}
 	}
 }
@@ -291,8 +293,9 @@ func (w *visibleWriter) block(n *html.Node, depth int) string {
 			}
 		}
 		return paragraph(strings.Join(cells, ` \| `))
+	default:
+		return w.blocks(n, depth)
 	}
-	return w.blocks(n, depth)
 }
 
 // list renders a list, each item's lines under its marker.
@@ -374,6 +377,7 @@ func (w *visibleWriter) rawText(n *html.Node, b *strings.Builder) {
 				b.WriteString("\n")
 			}
 			w.rawText(c, b)
+		default:
 		}
 	}
 }
@@ -441,6 +445,7 @@ func (w *visibleWriter) inline(n *html.Node, b *inlineText, depth int) {
 			w.note(HiddenLinks)
 		}
 		return
+	default:
 	}
 	w.attrs(n)
 	if n.DataAtom == atom.Strong || n.DataAtom == atom.B {
