@@ -15,6 +15,7 @@ import (
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
+	"github.com/whilly-go/whilly/internal/fakegithub"
 	"github.com/whilly-go/whilly/plan"
 )
 
@@ -401,5 +402,37 @@ func TestVisibleTextMakesTheSamePlan(t *testing.T) {
 	b, ok := intake.FromBlock(intake.IssueText{Ref: testRef, Body: visible}, "id", intake.Policy{})
 	if !ok || b.Plan == nil || len(b.Plan.Tasks) != 1 || b.Plan.Tasks[0].Description != "d <!-- kept in code -->" {
 		t.Errorf("the ~~~whilly block from the visible text %q: %+v", visible, b)
+	}
+}
+
+// TestHiddenReviewTextNeverReachesTheRound: a review (signed delivery to /webhook) whose
+// body and comment hide words in an aria-label, a link's destination and title, a
+// processing instruction and a data-* attribute starts a round whose task carries the
+// words a reader sees and none of the hidden ones; the status comment says what was
+// removed.
+func TestHiddenReviewTextNeverReachesTheRound(t *testing.T) {
+	t.Parallel()
+	e, pi, pr := donePlanWithReadyPull(t, envOptions{})
+	e.gh.SetPermission(repoName, "alice", "write")
+	rv := e.gh.AddReview(repoName, pr.Number, "alice", "CHANGES_REQUESTED",
+		"Please say what the line is for, <span aria-label=\"SECRETWORD\">see</span> [the notes](https://example.com/?q=SECRETWORD \"SECRETWORD\").\n\n<?x SECRETWORD ?>",
+		fakegithub.FakeReviewComment{Path: "notes.txt", Line: 2, DiffHunk: "@@ -1 +1,2 @@\n notes", Body: "Name the release <b data-x=\"SECRETWORD\">here</b>."})
+	id := e.review(rv, pr.Number, "changes_requested")
+	e.idle()
+	if out := e.outcome(id); !strings.HasPrefix(out, "round 2 of plan "+pi.ID) {
+		t.Fatalf("review outcome %q", out)
+	}
+	task := e.task(pi.ID, "pr-round-2")
+	if strings.Contains(task.Description, "SECRETWORD") {
+		t.Errorf("hidden text reached the round's task:\n%s", task.Description)
+	}
+	for _, want := range []string{"Please say what the line is for, see the notes.", "Name the release **here**."} {
+		if !strings.Contains(task.Description, want) {
+			t.Errorf("the round's task lacks %q:\n%s", want, task.Description)
+		}
+	}
+	e.idle()
+	if body := e.commentOf(pi.ID); !strings.Contains(body, intake.HiddenAttributes) || !strings.Contains(body, intake.HiddenLinks) || !strings.Contains(body, intake.HiddenMarkup) {
+		t.Errorf("the status comment does not say what was removed:\n%s", body)
 	}
 }
