@@ -301,7 +301,6 @@ func (w *visibleWriter) block(n *html.Node, depth int) string {
 // list renders a list, each item's lines under its marker.
 func (w *visibleWriter) list(n *html.Node, depth int) string {
 	alt := w.listAlt
-	defer func() { w.listAlt = !alt }()
 	num := 1
 	if n.DataAtom == atom.Ol {
 		if v, err := strconv.Atoi(attr(n, "start")); err == nil && v >= 0 && v < 1e9 {
@@ -334,6 +333,7 @@ func (w *visibleWriter) list(n *html.Node, depth int) string {
 		}
 		items = append(items, prefixLines(body, marker, strings.Repeat(" ", len(marker))))
 	}
+	w.listAlt = alt != (len(items) > 0) // a list that shows nothing is no list
 	return strings.Join(items, "\n")
 }
 
