@@ -112,7 +112,9 @@ func TestSlowClientsAreCutOffAndMemoryStaysFlat(t *testing.T) {
 			t.Errorf("client %d: connection closed after %v, want within %v", i, r.closed.Round(time.Millisecond), limit)
 		}
 	}
-	if answered["408"] == 0 || answered["408"]+answered["429"]+answered["503"]+answered["reset"] != clients {
+	// Which answer a client reads depends on when the server closes against its writes (a
+	// client still writing sees a reset); TestSlowBodyIsCutAtTheDefaultDeadline pins the 408.
+	if answered["408"]+answered["429"]+answered["503"]+answered["reset"] != clients {
 		t.Errorf("answers %v, want every client answered 408 (body too slow), 429 or 503 (no room), or cut off", answered)
 	}
 	grew := int64(peak.Load()) - int64(base)
