@@ -34,7 +34,7 @@ type edge struct {
 	hook *webhook.Handler
 }
 
-func newEdge(t *testing.T, cfg webhook.Config) *edge {
+func newEdge(t *testing.T, cfg webhook.Config, cc control.Config) *edge {
 	t.Helper()
 	pool := testkit.DB(t)
 	st := queue.NewStore(pool, nil, queue.Config{})
@@ -50,7 +50,7 @@ func newEdge(t *testing.T, cfg webhook.Config) *edge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := control.New(st, queue.NewListener(pool, nil), nil, control.Config{})
+	srv := control.New(st, queue.NewListener(pool, nil), nil, cc)
 	srv.Mount("/webhook", hook)
 	hs := srv.HTTPServer()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -158,7 +158,7 @@ func stored(t *testing.T, pool *pgxpool.Pool, id string) bool {
 // not what they announced.
 func TestSlowStrangersDoNotBlockSignedDeliveries(t *testing.T) {
 	t.Parallel()
-	e := newEdge(t, webhook.Config{})
+	e := newEdge(t, webhook.Config{}, control.Config{})
 	ctx, stop := context.WithCancel(context.Background())
 	var strangers sync.WaitGroup
 	held := make(chan struct{}, 16)
@@ -258,7 +258,7 @@ const held = 600 << 10 // what a stalled stranger has sent
 // stalled body of his; the same delivery from 127.0.0.3 is answered 202 and stored.
 func TestOneAddressHoldsNoMoreThanItsCap(t *testing.T) {
 	t.Parallel()
-	e := newEdge(t, webhook.Config{MaxBytes: 1 << 20, MaxInFlightBytes: 8 << 20, QueueWait: 200 * time.Millisecond, BodyTimeout: time.Minute})
+	e := newEdge(t, webhook.Config{MaxBytes: 1 << 20, MaxInFlightBytes: 8 << 20, QueueWait: 200 * time.Millisecond, BodyTimeout: time.Minute}, control.Config{})
 	first := stall(t, e.addr, rawRequest{from: "127.0.0.2", id: "stranger-1", length: 1 << 20, body: []byte("{" + strings.Repeat(" ", held-1))})
 	waitHeld(t, e.hook, "127.0.0.2", held)
 
@@ -304,7 +304,7 @@ func TestForwardedAddressCountsOnlyBehindATrustedProxy(t *testing.T) {
 
 	t.Run("untrusted peer", func(t *testing.T) {
 		t.Parallel()
-		e := newEdge(t, cfg)
+		e := newEdge(t, cfg, control.Config{})
 		stall(t, e.addr, stranger)
 		waitHeld(t, e.hook, "127.0.0.2", held)
 		if got := webhook.HeldBy(e.hook, "10.0.0.1"); got != 0 {
@@ -319,7 +319,7 @@ func TestForwardedAddressCountsOnlyBehindATrustedProxy(t *testing.T) {
 		t.Parallel()
 		cfg := cfg
 		cfg.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}
-		e := newEdge(t, cfg)
+		e := newEdge(t, cfg, control.Config{})
 		stall(t, e.addr, stranger)
 		waitHeld(t, e.hook, "10.0.0.1", held)
 		if got := webhook.HeldBy(e.hook, "127.0.0.2"); got != 0 {
@@ -385,7 +385,7 @@ func TestClientAddress(t *testing.T) {
 // answered 408 by the receiver's default deadline of 10 s and nothing is stored.
 func TestSlowBodyIsCutAtTheDefaultDeadline(t *testing.T) {
 	t.Parallel()
-	e := newEdge(t, webhook.Config{})
+	e := newEdge(t, webhook.Config{}, control.Config{})
 	body := testkit.WebhookPayload(t, "issues", "opened", nil)
 	conn, err := dialFrom("127.0.0.2", e.addr)
 	if err != nil {

@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -15,13 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-
 	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/internal/testkit"
-	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/webhook"
 )
 
@@ -38,28 +32,7 @@ func TestSlowClientsAreCutOffAndMemoryStaysFlat(t *testing.T) {
 		bodyTimeout = time.Second
 		queueWait   = time.Second
 	)
-	pool := testkit.DB(t)
-	st := queue.NewStore(pool, nil, queue.Config{})
-	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hook, err := webhook.New(st, func(ctx context.Context, tx pgx.Tx, id string) error {
-		_, err := jobs.InsertTx(ctx, tx, queue.GitHubDeliveryArgs{DeliveryID: id}, nil)
-		return err
-	}, nil, webhook.Config{Secret: secret, Events: events(), QueueWait: queueWait, BodyTimeout: bodyTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := control.New(st, queue.NewListener(pool, nil), nil, control.Config{BodyTimeout: bodyTimeout})
-	srv.Mount("/webhook", hook)
-	hs := srv.HTTPServer()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = hs.Serve(ln) }()
-	t.Cleanup(func() { _ = hs.Close() })
+	e := newEdge(t, webhook.Config{QueueWait: queueWait, BodyTimeout: bodyTimeout}, control.Config{BodyTimeout: bodyTimeout})
 
 	// One buffer for every client, made before the baseline: the heap measured is the server's.
 	pad := []byte(`{"action":"opened","pad":"` + strings.Repeat("x", sentAtOnce))
@@ -92,7 +65,7 @@ func TestSlowClientsAreCutOffAndMemoryStaysFlat(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range clients {
 		wg.Go(func() {
-			status, closed, err := slowClient(ln.Addr().String(), fmt.Sprintf("slow-%d", i), pad, start)
+			status, closed, err := slowClient(e.addr, fmt.Sprintf("slow-%d", i), pad, start)
 			results[i] = result{status, closed, err}
 		})
 	}
@@ -129,7 +102,7 @@ func TestSlowClientsAreCutOffAndMemoryStaysFlat(t *testing.T) {
 	}
 
 	body := testkit.WebhookPayload(t, "issues", "opened", nil)
-	req := testkit.WebhookRequest(t, "http://"+ln.Addr().String()+"/webhook", secret, "issues", "after-the-storm", body)
+	req := testkit.WebhookRequest(t, "http://"+e.addr+"/webhook", secret, "issues", "after-the-storm", body)
 	if got := do(t, req); got != http.StatusAccepted {
 		t.Errorf("a real delivery after the slow clients got %d, want 202", got)
 	}
