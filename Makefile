@@ -53,7 +53,7 @@ lint: ## gofmt, go vet and golangci-lint
 	cd deploy && $(GO) vet ./...
 	$(GO) run $(GOLANGCI) run ./...
 
-docs: ## regenerate the configuration table in README.md and docs/configuration.md
+docs: ## regenerate the configuration table in docs/configuration.md
 	$(GO) generate ./internal/config
 
 screenshot: ## docs/dashboard.png: the demo plan's dashboard page, taken by headless Chromium

@@ -28,12 +28,13 @@ func repoFile(t *testing.T, rel string) string {
 var varName = regexp.MustCompile(`\bWHILLY_[A-Z0-9_]+\b`)
 
 // knownVariables are the WHILLY_* names whilly reads: those of its configuration table
-// (internal/config) and those of SPEC §14 that the README documents, each also with the
-// _FILE suffix of secrets.
+// (internal/config) and those the docs name besides (the box's task context, the tests'
+// database), each also
+// with the _FILE suffix of secrets.
 func knownVariables(t *testing.T) map[string]bool {
 	t.Helper()
 	known := map[string]bool{}
-	for _, src := range []string{"internal/config/vars.go", "README.md", "worker/main.go"} {
+	for _, src := range []string{"internal/config/vars.go", "worker/main.go", "docs/configuration.md", "docs/sandbox.md", "docs/development.md"} {
 		for _, n := range varName.FindAllString(repoFile(t, src), -1) {
 			known[n] = true
 		}

@@ -1,9 +1,9 @@
 // Package config is whilly's one table of environment variables (SPEC §14). The table is
 // the single source for reading them (Env's typed methods), validating them (Env.Check
 // reports every error of a command at once), the environment section of `whilly serve
-// --help` and `whilly-worker --help` (Help), and the table in README.md and
-// docs/configuration.md (Markdown). It imports only the standard library and package plan,
-// so whilly-worker can use it.
+// --help` and `whilly-worker --help` (Help), and the table in docs/configuration.md
+// (Markdown). It imports only the standard library and package plan, so whilly-worker can
+// use it.
 //
 // How to add a variable:
 //
@@ -13,8 +13,8 @@
 //     Doc. Kind checks the value; Min/Max, Values and Check say what the kind cannot.
 //  3. Read it with Env's typed methods (env.Duration(config.LeaseTTL) …), never os.Getenv:
 //     a test fails on a WHILLY_* literal read anywhere else.
-//  4. Run `make docs` (go generate ./internal/config) to refresh README.md and
-//     docs/configuration.md; TestDocsUpToDate fails until you do.
+//  4. Run `make docs` (go generate ./internal/config) to refresh docs/configuration.md;
+//     TestDocsUpToDate fails until you do.
 package config
 
 import (

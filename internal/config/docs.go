@@ -49,8 +49,7 @@ func Help(c Command) string {
 	return b.String()
 }
 
-// Markdown is the generated table of README.md and docs/configuration.md: one table per
-// section.
+// Markdown is the generated table of docs/configuration.md: one table per section.
 func Markdown() string {
 	var b strings.Builder
 	vars := Vars()
