@@ -30,7 +30,7 @@ func (a *app) planCommand() *cobra.Command {
 
 A plan file is JSON: {"plan_id", "project", "budget_usd", "tasks": [{"id", "priority",
 "description", "dependencies", "key_files", "acceptance_criteria", "test_steps", ...}]}.
-See the README for the whole format.`,
+The whole format is in docs/plans.md.`,
 	}
 	cmd.AddCommand(a.planImport(), a.planApply(), a.planCreate(), a.planExport(), a.planShow(),
 		a.planList(), a.planReset(), a.planBudget(), a.planCancel(), a.planTriz(), a.planTask())

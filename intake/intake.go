@@ -603,7 +603,7 @@ func needsInfoBlock(problems []string) string {
 	for _, p := range limit(problems, 30) {
 		b.WriteString("- " + oneLine(p) + "\n")
 	}
-	b.WriteString("\nFix the block (see the plan file format in whilly's README), then add the `whilly-pending` label again.\n")
+	b.WriteString("\nFix the block (see the plan file format in whilly's docs/plans.md), then add the `whilly-pending` label again.\n")
 	return b.String()
 }
 
