@@ -50,8 +50,11 @@ func TestReadmeIsForUsers(t *testing.T) {
 	}
 }
 
-// datedRun matches what dates a run: a month's name or a clock time.
-var datedRun = regexp.MustCompile(`\b(?:January|February|March|April|May|June|July|August|September|October|November|December)\b|\b\d{1,2}:\d{2}(?::\d{2})?\s*UTC\b`)
+// datedRun matches what dates a run: a day of a month ("December 2", "3 December") or a
+// clock time.
+var datedRun = regexp.MustCompile(`\b(?:` + months + `)\s+\d|\d\s+(?:` + months + `)\b|\b\d{1,2}:\d{2}(?::\d{2})?\s*UTC\b`)
+
+const months = "January|February|March|April|May|June|July|August|September|October|November|December"
 
 // TestPerformanceHasCurrentFiguresOnly keeps docs/performance.md a page of current
 // figures and the commands that made them, not a log of dated runs.
