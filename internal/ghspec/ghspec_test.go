@@ -31,7 +31,7 @@ func TestMatch(t *testing.T) {
 			map[string]string{"path": ".github/workflows/ci.yml"}},
 		{"DELETE", "/repos/octo/shop/issues/5/labels/needs%20review", "/repos/{owner}/{repo}/issues/{issue_number}/labels/{name}",
 			map[string]string{"name": "needs review"}},
-		{"GET", "/repos/octo/shop/issue/5", "", nil},     // not an operation
+		{"GET", "/repos/octo/shop/issue/5", "", nil},      // not an operation
 		{"GET", "/repos/octo/shop/nothing/here", "", nil}, // {repo} takes one segment only
 	}
 	for _, c := range cases {
