@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -891,8 +892,15 @@ func (g *GitHub) addLabelLocked(r *fakeRepo, is *fakeIssue, name string) {
 }
 
 func (g *GitHub) addIssueLabels(w http.ResponseWriter, req *http.Request, inst int64, m []string) int {
+	// GitHub takes {"labels": [...]} or, as its documentation allows, a bare array.
 	var names []string
-	if err := json.NewDecoder(req.Body).Decode(&names); err != nil {
+	var in struct {
+		Labels []string `json:"labels"`
+	}
+	raw, err := io.ReadAll(req.Body)
+	if json.Unmarshal(raw, &in) == nil {
+		names = in.Labels
+	} else if err != nil || json.Unmarshal(raw, &names) != nil {
 		return writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"message": "Validation Failed"})
 	}
 	g.mu.Lock()
