@@ -40,8 +40,8 @@ var (
 	}
 )
 
-// registry is the npm registry the descriptions come from.
-const registry = "https://registry.npmjs.org"
+// registry is the npm registry the descriptions come from (a variable for the tests).
+var registry = "https://registry.npmjs.org"
 
 // tarballURL is the registry's address of the package's tarball.
 func (f npmFile) tarballURL() string {
@@ -49,23 +49,16 @@ func (f npmFile) tarballURL() string {
 	return fmt.Sprintf("%s/%s/-/%s-%s.tgz", registry, f.pkg, name, f.version)
 }
 
-// cachePath is where the file is kept once fetched and verified: outside the
-// repository, per version, so a second test run reads it from disk.
-func (f npmFile) cachePath() (string, error) {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("find the user cache directory: %w", err)
-	}
+// cachePath is where the file is kept under the cache directory once fetched and
+// verified, per version, so that a second test run reads it from disk.
+func (f npmFile) cachePath(cacheDir string) string {
 	pkg := strings.NewReplacer("@", "", "/", "-").Replace(f.pkg)
-	return filepath.Join(dir, "whilly-test", pkg+"-"+f.version, filepath.Base(f.file)), nil
+	return filepath.Join(cacheDir, pkg+"-"+f.version, filepath.Base(f.file))
 }
 
 // read returns the file, from the cache or else from the registry (verified, then cached).
-func (f npmFile) read(ctx context.Context) ([]byte, error) {
-	path, err := f.cachePath()
-	if err != nil {
-		return nil, err
-	}
+func (f npmFile) read(ctx context.Context, cacheDir string) ([]byte, error) {
+	path := f.cachePath(cacheDir)
 	if b, err := os.ReadFile(path); err == nil {
 		return b, nil
 	}

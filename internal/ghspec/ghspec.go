@@ -4,7 +4,8 @@
 // it receives through a Checker, so that the fake cannot accept what GitHub would refuse.
 //
 // The descriptions are fetched once from the npm registry at pinned versions, verified
-// against their published sha512 integrity and kept in the user's cache directory.
+// against their published sha512 integrity and kept in a cache directory outside the
+// repository.
 package ghspec
 
 import (
@@ -89,21 +90,21 @@ var (
 	loadErr  error
 )
 
-// Load returns GitHub's API descriptions, fetching them on first use in this process
-// (see the package comment).
-func Load() (*Spec, error) {
-	loadOnce.Do(func() { loaded, loadErr = load(context.Background()) })
+// Load returns GitHub's API descriptions, loaded once per process from cacheDir, where
+// they are fetched to when missing (see the package comment).
+func Load(cacheDir string) (*Spec, error) {
+	loadOnce.Do(func() { loaded, loadErr = load(context.Background(), cacheDir) })
 	return loaded, loadErr
 }
 
 var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
-func load(ctx context.Context) (*Spec, error) {
-	rest, err := restDescription.read(ctx)
+func load(ctx context.Context, cacheDir string) (*Spec, error) {
+	rest, err := restDescription.read(ctx, cacheDir)
 	if err != nil {
 		return nil, err
 	}
-	gql, err := graphQLSchema.read(ctx)
+	gql, err := graphQLSchema.read(ctx, cacheDir)
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +240,16 @@ func loadSchema(gql []byte) (*ast.Schema, error) {
 		return nil, fmt.Errorf("load GitHub's GraphQL schema: %w", err)
 	}
 	return schema, nil
+}
+
+// Operation returns the path template of the operation a request reaches (by its
+// escaped path) and its path parameters; "" when GitHub has no such operation.
+func (s *Spec) Operation(method, escapedPath string) (string, map[string]string) {
+	o, params := s.match(method, escapedPath)
+	if o == nil {
+		return "", nil
+	}
+	return o.template, params
 }
 
 // match finds the operation for a request path (escaped) and its path parameters. A

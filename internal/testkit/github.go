@@ -63,9 +63,10 @@ type offSpec struct {
 // NewGitHub starts a fake with a fresh 2048-bit App key; it stops with the test.
 func NewGitHub(t testing.TB) *GitHub {
 	t.Helper()
-	spec, err := ghspec.Load()
+	dir := CacheDir(t)
+	spec, err := ghspec.Load(dir)
 	if err != nil {
-		t.Fatalf("testkit: GitHub's API descriptions: %v", err)
+		t.Fatalf("testkit: the fake GitHub checks requests against GitHub's API descriptions, fetched once from the npm registry into %s: %v", dir, err)
 	}
 	g, err := fakegithub.New(func(format string, args ...any) { t.Errorf("fake GitHub: "+format, args...) })
 	if err != nil {
