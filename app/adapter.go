@@ -79,7 +79,14 @@ func (c *ghClient) IssueLabels(ctx context.Context, ref IssueRef) ([]string, err
 }
 
 func (c *ghClient) AddLabels(ctx context.Context, ref IssueRef, names ...string) error {
-	_, resp, err := c.gh.Issues.AddLabelsToIssue(ctx, ref.Owner, ref.Name, ref.Number, names)
+	// The body is the object GitHub's API description declares, {"labels": [...]}:
+	// go-github's AddLabelsToIssue sends a bare array, which it does not.
+	u := fmt.Sprintf("repos/%s/%s/issues/%d/labels", ref.Owner, ref.Name, ref.Number)
+	req, err := c.gh.NewRequest(http.MethodPost, u, map[string][]string{"labels": names})
+	if err != nil {
+		return fmt.Errorf("label %s: %w", ref, err)
+	}
+	resp, err := c.gh.Do(ctx, req, nil)
 	return mapErr("label "+ref.String(), resp, err)
 }
 

@@ -117,8 +117,8 @@ func TestWorkspaceOfAnIssuePlan(t *testing.T) {
 	}
 
 	// The push token reads its repository's metadata, and nothing else.
-	call := func(method, path string) int {
-		req, _ := http.NewRequestWithContext(ctx, method, gh.Server.URL+path, strings.NewReader(`{"body":"hi"}`))
+	call := func(method, path, body string) int {
+		req, _ := http.NewRequestWithContext(ctx, method, gh.Server.URL+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "token "+w.Token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -128,16 +128,16 @@ func TestWorkspaceOfAnIssuePlan(t *testing.T) {
 		return resp.StatusCode
 	}
 	for _, c := range []struct {
-		method, path string
-		want         int
+		method, path, body string
+		want               int
 	}{
-		{"GET", "/repos/octo/shop", 200},
-		{"POST", "/repos/octo/shop/issues/12/comments", 403},
-		{"GET", "/repos/octo/shop/issues/12", 403},
-		{"GET", "/repos/octo/other", 403},
-		{"POST", "/repos/octo/shop/dispatches", 403},
+		{"GET", "/repos/octo/shop", "", 200},
+		{"POST", "/repos/octo/shop/issues/12/comments", `{"body":"hi"}`, 403},
+		{"GET", "/repos/octo/shop/issues/12", "", 403},
+		{"GET", "/repos/octo/other", "", 403},
+		{"POST", "/repos/octo/shop/dispatches", `{"event_type":"whilly"}`, 403},
 	} {
-		if got := call(c.method, c.path); got != c.want {
+		if got := call(c.method, c.path, c.body); got != c.want {
 			t.Errorf("%s %s with the push token = %d, want %d", c.method, c.path, got, c.want)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -63,7 +64,13 @@ type GitHub struct {
 	flow          manifestFlow
 	oauth         fakeOAuth  // github_oauth.go
 	checks        fakeChecks // reviews, check suites and runs (github_checks.go)
+	check         Check      // SetCheck
 }
+
+// Check judges a request before the fake answers it: a non-nil error is a request
+// GitHub would refuse, with the status GitHub would answer. It must leave r.Body
+// readable.
+type Check func(r *http.Request) (status int, err error)
 
 // GitHubRequest is one request the fake answered.
 type GitHubRequest struct {
@@ -226,6 +233,15 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// SetCheck makes the fake judge every request with check (the tests check them against
+// GitHub's published API descriptions): a request check refuses is reported to errorf
+// and answered with check's status, as GitHub would refuse it.
+func (g *GitHub) SetCheck(check Check) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.check = check
 }
 
 // URL is the API base URL to configure (WHILLY_GITHUB_API_URL).
@@ -440,6 +456,16 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		g.requests = append(g.requests, rec)
 		g.mu.Unlock()
 	}()
+	g.mu.Lock()
+	check := g.check
+	g.mu.Unlock()
+	if check != nil {
+		if status, err := check(r); err != nil {
+			g.errorf("GitHub would refuse %s %s: %v", r.Method, r.URL.RequestURI(), err)
+			rec.Status = writeJSON(w, status, map[string]string{"message": err.Error()})
+			return
+		}
+	}
 	var route *fakeRoute
 	var m []string
 	for i := range g.routes {
@@ -866,8 +892,15 @@ func (g *GitHub) addLabelLocked(r *fakeRepo, is *fakeIssue, name string) {
 }
 
 func (g *GitHub) addIssueLabels(w http.ResponseWriter, req *http.Request, inst int64, m []string) int {
+	// GitHub takes {"labels": [...]} or, as its documentation allows, a bare array.
 	var names []string
-	if err := json.NewDecoder(req.Body).Decode(&names); err != nil {
+	var in struct {
+		Labels []string `json:"labels"`
+	}
+	raw, err := io.ReadAll(req.Body)
+	if json.Unmarshal(raw, &in) == nil {
+		names = in.Labels
+	} else if err != nil || json.Unmarshal(raw, &names) != nil {
 		return writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"message": "Validation Failed"})
 	}
 	g.mu.Lock()

@@ -6,10 +6,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/internal/ghspec"
 )
 
 // The fake GitHub lives in internal/fakegithub (the benchmarks run it outside tests);
@@ -41,21 +45,57 @@ const (
 )
 
 // GitHub is the fake GitHub of one test (see fakegithub.GitHub); an unknown route or
-// GraphQL query, or a bad App JWT, fails the test.
+// GraphQL query, a bad App JWT, or a request GitHub's published API descriptions say
+// GitHub would refuse (see ghspec) fails the test.
 type GitHub struct {
 	*fakegithub.GitHub
 	t testing.TB
+
+	mu      sync.Mutex
+	offSpec []offSpec // AllowOffSpec
+}
+
+type offSpec struct {
+	method string
+	path   *regexp.Regexp
 }
 
 // NewGitHub starts a fake with a fresh 2048-bit App key; it stops with the test.
 func NewGitHub(t testing.TB) *GitHub {
 	t.Helper()
+	dir := CacheDir(t)
+	spec, err := ghspec.Load(dir)
+	if err != nil {
+		t.Fatalf("testkit: the fake GitHub checks requests against GitHub's API descriptions, fetched once from the npm registry into %s: %v", dir, err)
+	}
 	g, err := fakegithub.New(func(format string, args ...any) { t.Errorf("fake GitHub: "+format, args...) })
 	if err != nil {
 		t.Fatalf("testkit: %v", err)
 	}
 	t.Cleanup(g.Close)
-	return &GitHub{GitHub: g, t: t}
+	tg := &GitHub{GitHub: g, t: t}
+	g.SetCheck(func(r *http.Request) (int, error) {
+		if tg.allowedOffSpec(r.Method, r.URL.EscapedPath()) {
+			return 0, nil
+		}
+		return spec.Check(r)
+	})
+	return tg
+}
+
+// AllowOffSpec lets the test send requests GitHub would refuse, on purpose, to method
+// and paths matching path (a regular expression matched against the whole path): the
+// fake answers them as it would without GitHub's API descriptions.
+func (g *GitHub) AllowOffSpec(method, path string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.offSpec = append(g.offSpec, offSpec{method: method, path: regexp.MustCompile("^" + path + "$")})
+}
+
+func (g *GitHub) allowedOffSpec(method, path string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.ContainsFunc(g.offSpec, func(o offSpec) bool { return o.method == method && o.path.MatchString(path) })
 }
 
 // AddGitRepo creates repo (owner/name) as a bare git repository served by the fake (see
