@@ -295,7 +295,7 @@ func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, 
 		b := &pgx.Batch{}
 		b.Queue(lockPlanSQL, l.PlanID)
 		b.Queue(`WITH u AS (
-			UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
+			UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, ended_by = 'COMPLETE', lease_id = NULL, lease_expires_at = NULL,
 				cost_usd = cost_usd + $5::numeric / 1000000, result = $6, last_error = NULL, last_output = NULL, not_before = NULL,
 				version = version + 1, updated_at = now()
 			WHERE plan_id = $1 AND id = $2 AND lease_id::text = $3 AND claimed_by = $4
@@ -326,7 +326,7 @@ func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, 
 			if lerr == nil {
 				lerr = fmt.Errorf("task %s of plan %s: %w", l.TaskID, l.PlanID, ErrLeaseLost)
 			}
-			out, lerr = replayed(ctx, tx, l, lerr)
+			out, lerr = replayed(ctx, tx, l, reportComplete, lerr)
 			return lerr
 		}
 		if err != nil {
@@ -366,21 +366,33 @@ func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, 
 // must not count twice. The report is answered with the task replayed found.
 var errReplayed = errors.New("report made before")
 
+// The reports that end a lease, as ended_by records them (migration 0027).
+const (
+	reportComplete = "COMPLETE"
+	reportFail     = "FAIL"
+	reportRelease  = "RELEASE"
+)
+
 // replayed turns the ErrLeaseLost of a report into the task as it is now when the report's
-// lease is the one its holder ended (ended_lease_id): the same report came before and its
-// answer was lost. Anything else keeps err.
+// lease is the one its holder ended (ended_lease_id) with the same report (ended_by): it
+// came before and its answer was lost. Another report on that lease is refused, saying how
+// the lease ended; anything else keeps err.
 // Its transaction must be rolled back: replayed returns errReplayed then.
-func replayed(ctx context.Context, tx pgx.Tx, l Lease, err error) (TaskInfo, error) {
+func replayed(ctx context.Context, tx pgx.Tx, l Lease, report string, err error) (TaskInfo, error) {
 	if !errors.Is(err, ErrLeaseLost) {
 		return TaskInfo{}, err
 	}
-	t, qerr := scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks
-		WHERE plan_id = $1 AND id = $2 AND ended_lease_id::text = $3`, l.PlanID, l.TaskID, l.LeaseID))
+	var endedBy *string
+	t, qerr := scanTaskExtra(tx.QueryRow(ctx, `SELECT `+taskColumns+`, ended_by FROM tasks
+		WHERE plan_id = $1 AND id = $2 AND ended_lease_id::text = $3`, l.PlanID, l.TaskID, l.LeaseID), &endedBy)
 	switch {
 	case errors.Is(qerr, pgx.ErrNoRows):
 		return TaskInfo{}, err
 	case qerr != nil:
 		return TaskInfo{}, fmt.Errorf("look for an earlier report of task %s of plan %s: %w", l.TaskID, l.PlanID, qerr)
+	case endedBy != nil && *endedBy != report:
+		return TaskInfo{}, fmt.Errorf("lease %s of task %s of plan %s was ended by a %s report, so a %s on it is refused: %w",
+			l.LeaseID, l.TaskID, l.PlanID, *endedBy, report, ErrLeaseLost)
 	}
 	return t, errReplayed
 }
@@ -418,7 +430,7 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 		}
 		t, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress)
 		if err != nil {
-			out, err = replayed(ctx, tx, l, err)
+			out, err = replayed(ctx, tx, l, reportFail, err)
 			return err
 		}
 		outcome := plan.FailOutcome(t.Attempts, t.MaxAttempts, retryable)
@@ -428,7 +440,7 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 			payload["cost_estimated"] = true
 		}
 		cost := `cost_usd = cost_usd + $3::numeric / 1000000, last_error = $4, last_output = NULLIF($5, ''),
-			ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL`
+			ended_lease_id = lease_id, ended_by = 'FAIL', lease_id = NULL, lease_expires_at = NULL`
 		if outcome == plan.TransitionRetry {
 			backoff := plan.Backoff(t.Attempts, s.cfg.BackoffBase, s.cfg.BackoffMax)
 			out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, cost+`, status = 'PENDING', claimed_by = NULL,
@@ -474,11 +486,11 @@ func (s *Store) Release(ctx context.Context, l Lease, reason string) (TaskInfo, 
 	var out TaskInfo
 	err := s.workerTx(ctx, func(tx pgx.Tx) error {
 		if _, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress); err != nil {
-			out, err = replayed(ctx, tx, l, err)
+			out, err = replayed(ctx, tx, l, reportRelease, err)
 			return err
 		}
 		var err error
-		out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, `status = 'PENDING', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
+		out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, `status = 'PENDING', ended_lease_id = lease_id, ended_by = 'RELEASE', lease_id = NULL, lease_expires_at = NULL,
 			claimed_by = NULL, attempts = greatest(attempts - 1, 0)`)
 		if err != nil {
 			return err

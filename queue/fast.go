@@ -316,7 +316,7 @@ const (
 ), lk AS (
 	SELECT id AS lid FROM tasks WHERE plan_id = $1 AND id = ANY ($2::text[]) ORDER BY id FOR NO KEY UPDATE
 ), u AS (
-	UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
+	UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, ended_by = 'COMPLETE', lease_id = NULL, lease_expires_at = NULL,
 		result = r.rresult, last_error = NULL, last_output = NULL, not_before = NULL, version = version + 1, updated_at = now()
 	FROM r JOIN lk ON lk.lid = r.rid
 	WHERE plan_id = $1 AND id = r.rid AND lease_id::text = r.rlease AND claimed_by = r.rworker
