@@ -50,10 +50,11 @@ func TestThePlanStatusRulesHoldInTheDatabase(t *testing.T) {
 			}
 			_, err := pool.Exec(ctx, `UPDATE plans SET status = $2 WHERE id = $1`, id, to)
 			var pgErr *pgconn.PgError
+			refusedHere := errors.As(err, &pgErr) && pgErr.Code == "WH002"
 			switch rule := plan.PlanMove(from, to); {
 			case rule == nil && err != nil:
 				t.Errorf("%s → %s, which plan.PlanMove allows, failed: %v", from, to, err)
-			case rule != nil && !(errors.As(err, &pgErr) && pgErr.Code == "WH002"):
+			case rule != nil && !refusedHere:
 				t.Errorf("%s → %s, which plan.PlanMove refuses, answered %v; want SQLSTATE WH002", from, to, err)
 			case rule != nil:
 				refused++
