@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -122,6 +123,36 @@ func Backoff(attempt int, base, maxDelay time.Duration) time.Duration {
 		d *= 2
 	}
 	return d
+}
+
+// PlanStatuses lists every plan status.
+func PlanStatuses() []PlanStatus {
+	return []PlanStatus{PlanActive, PlanPaused, PlanDone, PlanFailed, PlanCancelled}
+}
+
+// planMoves are the changes of a plan's status whilly makes, by the status they leave.
+// A live plan (ACTIVE, PAUSED) is paused and resumed, and ends DONE, FAILED or CANCELLED.
+// An ended plan is reopened: ACTIVE by a reset, a /whilly retry, an import that adds
+// work or a pull request's follow-up round, PAUSED when that round awaits approval; a
+// DONE plan whose follow-up round is refused becomes FAILED, and a FAILED one can still
+// be cancelled. A DONE plan is not cancelled, and a CANCELLED plan only comes back by a
+// reset: nothing else moves it.
+var planMoves = map[PlanStatus][]PlanStatus{
+	PlanActive:    {PlanPaused, PlanDone, PlanFailed, PlanCancelled},
+	PlanPaused:    {PlanActive, PlanDone, PlanFailed, PlanCancelled},
+	PlanDone:      {PlanActive, PlanPaused, PlanFailed},
+	PlanFailed:    {PlanActive, PlanPaused, PlanCancelled},
+	PlanCancelled: {PlanActive},
+}
+
+// PlanMove checks that a plan may go from status from to status to (a different one):
+// the database refuses every other change of a plan's status (migration 0028), and a
+// test holds its list to this one.
+func PlanMove(from, to PlanStatus) error {
+	if slices.Contains(planMoves[from], to) {
+		return nil
+	}
+	return fmt.Errorf("move a %s plan to %s: %w", from, to, ErrInvalidTransition)
 }
 
 // PlanOutcome tells whether a plan with these tasks has finished: DONE when every task

@@ -288,74 +288,59 @@ func completePayload(l Lease, in CompleteInput) ([]byte, error) {
 // completeCareful completes a task under its plan's row lock: it charges the cost,
 // crosses the budget and settles the plan. payload is the COMPLETE event's. replay says
 // the lease's holder had completed it already: a retried report, answered with the task.
+// It is a locked batch (batchTx) of one completion: the statement of the batched path,
+// then the charge, in the round trip that locks the plan.
 func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, p []byte) (out TaskInfo, replay bool, err error) {
-	err = s.workerTx(ctx, func(tx pgx.Tx) error {
-		// Every completion of the plan waits for its row lock, held from the first
-		// statement to the commit: the straight-line part goes in one round trip.
-		b := &pgx.Batch{}
-		b.Queue(lockPlanSQL, l.PlanID)
-		b.Queue(`WITH u AS (
-			UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
-				cost_usd = cost_usd + $5::numeric / 1000000, result = $6, last_error = NULL, last_output = NULL, not_before = NULL,
-				version = version + 1, updated_at = now()
-			WHERE plan_id = $1 AND id = $2 AND lease_id::text = $3 AND claimed_by = $4
-			  AND status IN ('CLAIMED', 'IN_PROGRESS') AND lease_expires_at > now()
-			RETURNING `+taskColumns+`
-		), ev AS (
-			INSERT INTO events (plan_id, task_id, type, payload)
-			SELECT plan_id, id, 'COMPLETE', $7::jsonb || jsonb_build_object('attempt', attempts) FROM u
-		)
-		SELECT * FROM u`, l.PlanID, l.TaskID, l.LeaseID, l.WorkerID, int64(in.Cost), in.Result, p)
-		b.Queue(`UPDATE plans SET spent_usd = spent_usd + $2::numeric / 1000000, updated_at = now()
-			WHERE id = $1 RETURNING (spent_usd * 1000000)::bigint, (budget_usd * 1000000)::bigint, status`, l.PlanID, int64(in.Cost))
-		b.Queue(`SELECT EXISTS (SELECT 1 FROM tasks WHERE plan_id = $1 AND status IN ('CLAIMED', 'IN_PROGRESS'))`, l.PlanID)
-		br := tx.SendBatch(ctx, b)
-		var st plan.PlanStatus
-		if err := br.QueryRow().Scan(&st); err != nil {
-			_ = br.Close()
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("plan %s: %w", l.PlanID, ErrNotFound)
-			}
-			return fmt.Errorf("lock plan %s: %w", l.PlanID, err)
-		}
-		t, err := scanTask(br.QueryRow())
-		if errors.Is(err, pgx.ErrNoRows) {
-			_ = br.Close()
-			// Say why: the same check as every other lease-fenced change.
-			_, lerr := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress)
-			if lerr == nil {
-				lerr = fmt.Errorf("task %s of plan %s: %w", l.TaskID, l.PlanID, ErrLeaseLost)
-			}
-			out, lerr = replayed(ctx, tx, l, lerr)
-			return lerr
-		}
-		if err != nil {
-			_ = br.Close()
+	cs := []completion{{lease: l, result: in.Result, payload: p, log: in.Log, cost: in.Cost}}
+	b := hotBatch()
+	b.Queue(completeLockedSQL, completeArgs(l.PlanID, cs)...)
+	tails := queueCompletionTails(b, l.PlanID, cs)
+	b.Queue(`UPDATE plans SET spent_usd = spent_usd + $2::numeric / 1000000, updated_at = now()
+		WHERE id = $1 RETURNING (spent_usd * 1000000)::bigint, (budget_usd * 1000000)::bigint`, l.PlanID, int64(in.Cost))
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM tasks WHERE plan_id = $1 AND status IN ('CLAIMED', 'IN_PROGRESS'))`, l.PlanID)
+	var (
+		done   completed
+		after  int64
+		budget *int64
+		busy   bool
+	)
+	read := func(br pgx.BatchResults) error {
+		rows, err := hotQuery(br)
+		if done, err = scanCompleted(rows, err, 1); err != nil {
 			return fmt.Errorf("complete task %s of plan %s: %w", l.TaskID, l.PlanID, err)
 		}
-		out = t
-		var (
-			after  int64
-			budget *int64
-			busy   bool
-		)
-		if err := br.QueryRow().Scan(&after, &budget, &st); err != nil {
-			_ = br.Close()
+		if tails {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("store the log's tail of task %s: %w", l.TaskID, err)
+			}
+		}
+		if err := br.QueryRow().Scan(&after, &budget); err != nil {
 			return fmt.Errorf("charge plan %s: %w", l.PlanID, err)
 		}
 		if err := br.QueryRow().Scan(&busy); err != nil {
-			_ = br.Close()
 			return fmt.Errorf("look for running tasks of plan %s: %w", l.PlanID, err)
 		}
-		if err := br.Close(); err != nil {
-			return fmt.Errorf("complete task %s of plan %s: %w", l.TaskID, l.PlanID, err)
-		}
-		if err := storeTail(ctx, tx, l, in.Log); err != nil {
+		return nil
+	}
+	settle := func(ctx context.Context, tx pgx.Tx, st plan.PlanStatus) error {
+		if done.errs[0] != nil {
+			// Not completed, and everything above is rolled back. Say why: the same check
+			// as every other lease-fenced change.
+			_, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress)
+			if err == nil {
+				err = fmt.Errorf("task %s of plan %s: %w", l.TaskID, l.PlanID, ErrLeaseLost)
+			}
+			out, err = replayed(ctx, tx, l, reportComplete, err)
 			return err
 		}
-		return s.settleCharged(ctx, tx, l.PlanID, l.TaskID, in.Cost, after, budget, st, busy)
-	})
-	if errors.Is(err, errReplayed) {
+		out = done.tasks[0]
+		return settleCharged(ctx, tx, l.PlanID, l.TaskID, in.Cost, after, budget, st, busy)
+	}
+	err = s.batchTx(ctx, b, touched{plans: []string{l.PlanID}, plan: l.PlanID}, read, settle)
+	switch {
+	case errors.Is(err, errGaveUp):
+		return TaskInfo{}, false, fmt.Errorf("plan %s: %w", l.PlanID, ErrNotFound)
+	case errors.Is(err, errReplayed):
 		return out, true, nil
 	}
 	return out, false, err
@@ -366,21 +351,33 @@ func (s *Store) completeCareful(ctx context.Context, l Lease, in CompleteInput, 
 // must not count twice. The report is answered with the task replayed found.
 var errReplayed = errors.New("report made before")
 
+// The reports that end a lease, as ended_by records them (migration 0027).
+const (
+	reportComplete = "COMPLETE"
+	reportFail     = "FAIL"
+	reportRelease  = "RELEASE"
+)
+
 // replayed turns the ErrLeaseLost of a report into the task as it is now when the report's
-// lease is the one its holder ended (ended_lease_id): the same report came before and its
-// answer was lost. Anything else keeps err.
+// lease is the one its holder ended (ended_lease_id) with the same report (ended_by): it
+// came before and its answer was lost. Another report on that lease is refused, saying how
+// the lease ended; anything else keeps err.
 // Its transaction must be rolled back: replayed returns errReplayed then.
-func replayed(ctx context.Context, tx pgx.Tx, l Lease, err error) (TaskInfo, error) {
+func replayed(ctx context.Context, tx pgx.Tx, l Lease, report string, err error) (TaskInfo, error) {
 	if !errors.Is(err, ErrLeaseLost) {
 		return TaskInfo{}, err
 	}
-	t, qerr := scanTask(tx.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks
-		WHERE plan_id = $1 AND id = $2 AND ended_lease_id::text = $3`, l.PlanID, l.TaskID, l.LeaseID))
+	var endedBy *string
+	t, qerr := scanTaskExtra(tx.QueryRow(ctx, `SELECT `+taskColumns+`, ended_by FROM tasks
+		WHERE plan_id = $1 AND id = $2 AND ended_lease_id::text = $3`, l.PlanID, l.TaskID, l.LeaseID), &endedBy)
 	switch {
 	case errors.Is(qerr, pgx.ErrNoRows):
 		return TaskInfo{}, err
 	case qerr != nil:
 		return TaskInfo{}, fmt.Errorf("look for an earlier report of task %s of plan %s: %w", l.TaskID, l.PlanID, qerr)
+	case endedBy != nil && *endedBy != report:
+		return TaskInfo{}, fmt.Errorf("lease %s of task %s of plan %s was ended by a %s report, so a %s on it is refused: %w",
+			l.LeaseID, l.TaskID, l.PlanID, *endedBy, report, ErrLeaseLost)
 	}
 	return t, errReplayed
 }
@@ -418,7 +415,7 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 		}
 		t, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress)
 		if err != nil {
-			out, err = replayed(ctx, tx, l, err)
+			out, err = replayed(ctx, tx, l, reportFail, err)
 			return err
 		}
 		outcome := plan.FailOutcome(t.Attempts, t.MaxAttempts, retryable)
@@ -428,7 +425,7 @@ func (s *Store) Fail(ctx context.Context, l Lease, in FailInput) (TaskInfo, erro
 			payload["cost_estimated"] = true
 		}
 		cost := `cost_usd = cost_usd + $3::numeric / 1000000, last_error = $4, last_output = NULLIF($5, ''),
-			ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL`
+			ended_lease_id = lease_id, ended_by = 'FAIL', lease_id = NULL, lease_expires_at = NULL`
 		if outcome == plan.TransitionRetry {
 			backoff := plan.Backoff(t.Attempts, s.cfg.BackoffBase, s.cfg.BackoffMax)
 			out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, cost+`, status = 'PENDING', claimed_by = NULL,
@@ -474,11 +471,11 @@ func (s *Store) Release(ctx context.Context, l Lease, reason string) (TaskInfo, 
 	var out TaskInfo
 	err := s.workerTx(ctx, func(tx pgx.Tx) error {
 		if _, err := lockLeased(ctx, tx, l, plan.StatusClaimed, plan.StatusInProgress); err != nil {
-			out, err = replayed(ctx, tx, l, err)
+			out, err = replayed(ctx, tx, l, reportRelease, err)
 			return err
 		}
 		var err error
-		out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, `status = 'PENDING', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
+		out, err = updateTask(ctx, tx, l.PlanID, l.TaskID, `status = 'PENDING', ended_lease_id = lease_id, ended_by = 'RELEASE', lease_id = NULL, lease_expires_at = NULL,
 			claimed_by = NULL, attempts = greatest(attempts - 1, 0)`)
 		if err != nil {
 			return err
@@ -544,12 +541,16 @@ func (s *Store) chargeAndSettle(ctx context.Context, tx pgx.Tx, planID, taskID s
 	if err != nil {
 		return fmt.Errorf("charge plan %s: %w", planID, err)
 	}
-	return s.settleCharged(ctx, tx, planID, taskID, cost, after, budget, status, false)
+	if err := settleCharged(ctx, tx, planID, taskID, cost, after, budget, status, false); err != nil {
+		return err
+	}
+	return s.changed(ctx, tx, planID)
 }
 
 // settleCharged follows a charge of cost that brought the plan's spend to after: the
-// budget crossing, the plan's status (unless busy says other tasks still run) and the hook.
-func (s *Store) settleCharged(ctx context.Context, tx pgx.Tx, planID, taskID string, cost plan.USD, after int64, budget *int64, status plan.PlanStatus, busy bool) error {
+// budget crossing and the plan's status (unless busy says other tasks still run). The
+// caller runs the PlanChanged hook.
+func settleCharged(ctx context.Context, tx pgx.Tx, planID, taskID string, cost plan.USD, after int64, budget *int64, status plan.PlanStatus, busy bool) error {
 	before := plan.USD(after) - cost
 	if budget != nil && status == plan.PlanActive && !plan.Exhausted(budgetPtr(budget), before) && plan.Exhausted(budgetPtr(budget), plan.USD(after)) {
 		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'PAUSED', pause_reason = 'budget' WHERE id = $1`, planID); err != nil {
@@ -562,11 +563,9 @@ func (s *Store) settleCharged(ctx context.Context, tx pgx.Tx, planID, taskID str
 		status = plan.PlanPaused
 	}
 	if !busy {
-		if err := settlePlan(ctx, tx, planID, status); err != nil {
-			return err
-		}
+		return settlePlan(ctx, tx, planID, status)
 	}
-	return s.changed(ctx, tx, planID)
+	return nil
 }
 
 func budgetPtr(b *int64) *plan.USD {

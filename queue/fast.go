@@ -18,7 +18,9 @@ import (
 // its NOTIFY, and the store's PlanChanged hook runs once per batch for each plan the batch
 // changed, in that transaction (hotTx). A batch of completions that might settle their
 // plan gives up there and runs again, whole, under the plan's row lock, which then
-// settles the plan once (lockedTx).
+// settles the plan once (lockedTx). A completion that charges a cost, or that a batch
+// left out, is a locked batch of one of the same statement (completeCareful): one SQL
+// text writes DONE.
 
 // maxBatch caps the calls answered by one statement.
 const maxBatch = 64
@@ -34,7 +36,7 @@ func fast(in CompleteInput) bool { return in.Cost == 0 }
 // the batch changed, and COMMIT follows: two round trips, and more only when a hook has
 // a job to insert. An error of read or of a hook rolls everything back.
 func (s *Store) hotTx(ctx context.Context, b *pgx.Batch, t touched, read func(pgx.BatchResults) error) error {
-	return s.batchTx(ctx, b, t, false, read)
+	return s.batchTx(ctx, b, t, read, nil)
 }
 
 // reservedConns is how many of the pool's connections the hot paths leave to the rest
@@ -54,12 +56,17 @@ func workerConnSlots(maxConns int32) int {
 }
 
 // lockedTx is hotTx for a batch that may settle its plan (t.plan): the plan's row is
-// locked first in the same round trip, as the careful path locks it, and the plan is
-// settled after the batch's statements, before the hook and the commit. A plan that is
-// gone answers errGaveUp: each call takes the careful path, which says so.
+// locked first in the same round trip, and the plan is settled after the batch's
+// statements, before the hook and the commit. A plan that is gone answers errGaveUp: each
+// call takes the careful path, which says so.
 func (s *Store) lockedTx(ctx context.Context, b *pgx.Batch, t touched, read func(pgx.BatchResults) error) error {
-	return s.batchTx(ctx, b, t, true, read)
+	return s.batchTx(ctx, b, t, read, func(ctx context.Context, tx pgx.Tx, status plan.PlanStatus) error {
+		return settlePlan(ctx, tx, t.plan, status)
+	})
 }
+
+// settleFunc settles a plan in the transaction of a batch that holds its row lock.
+type settleFunc func(ctx context.Context, tx pgx.Tx, status plan.PlanStatus) error
 
 // workerSlot waits for one of the workers' connection slots (workerConnSlots) and
 // returns its release. Every transaction a worker's request runs takes one before its
@@ -88,7 +95,10 @@ func (s *Store) workerTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return s.inTx(ctx, fn)
 }
 
-func (s *Store) batchTx(ctx context.Context, b *pgx.Batch, t touched, locked bool, read func(pgx.BatchResults) error) error {
+// batchTx runs a batch: under the plan's row lock (t.plan), settled by settle, when
+// settle is set.
+func (s *Store) batchTx(ctx context.Context, b *pgx.Batch, t touched, read func(pgx.BatchResults) error, settle settleFunc) error {
+	locked := settle != nil
 	release, err := s.workerSlot(ctx)
 	if err != nil {
 		return err
@@ -137,7 +147,7 @@ func (s *Store) batchTx(ctx context.Context, b *pgx.Batch, t touched, locked boo
 	}
 	tx := openTx{conn: conn.Conn()}
 	if err == nil && locked {
-		err = settlePlan(ctx, tx, t.plan, status)
+		err = settle(ctx, tx, status)
 	}
 	if err == nil && hooked && locked {
 		cs, err = scanChanges(tx.Query(ctx, markChangedSQL, t.args()...))
@@ -308,16 +318,17 @@ var errGaveUp = errors.New("the completions gave up")
 // done before the witness is locked (count(*) over u reads it to the end first), so a
 // statement never waits while it holds a witness.
 const (
-	// completeTasksSQL completes the tasks and writes their COMPLETE events: the part of
-	// completeUnsettledSQL and completeLockedSQL that they share.
+	// completeTasksSQL completes the tasks, adds each one's cost ($7, micro-dollars; only
+	// the careful path's is not zero) to the task's, and writes their COMPLETE events: the
+	// part of completeUnsettledSQL and completeLockedSQL that they share.
 	completeTasksSQL = `WITH r AS (
-	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
-		WITH ORDINALITY AS r(rid, rlease, rworker, rresult, rpayload, n)
+	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bigint[])
+		WITH ORDINALITY AS r(rid, rlease, rworker, rresult, rpayload, rcost, n)
 ), lk AS (
 	SELECT id AS lid FROM tasks WHERE plan_id = $1 AND id = ANY ($2::text[]) ORDER BY id FOR NO KEY UPDATE
 ), u AS (
-	UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, lease_id = NULL, lease_expires_at = NULL,
-		result = r.rresult, last_error = NULL, last_output = NULL, not_before = NULL, version = version + 1, updated_at = now()
+	UPDATE tasks SET status = 'DONE', ended_lease_id = lease_id, ended_by = 'COMPLETE', lease_id = NULL, lease_expires_at = NULL,
+		cost_usd = cost_usd + r.rcost::numeric / 1000000, result = r.rresult, last_error = NULL, last_output = NULL, not_before = NULL, version = version + 1, updated_at = now()
 	FROM r JOIN lk ON lk.lid = r.rid
 	WHERE plan_id = $1 AND id = r.rid AND lease_id::text = r.rlease AND claimed_by = r.rworker
 	  AND status IN ('CLAIMED', 'IN_PROGRESS') AND lease_expires_at > now()
@@ -352,21 +363,24 @@ SELECT u.*, whilly_require((SELECT count(*) FROM u) >= 0 AND (EXISTS (SELECT 1 F
 SELECT u.*, true FROM u`
 )
 
-// completion is a COMPLETE that charges nothing; payload is its event's.
+// completion is a COMPLETE; payload is its event's. Only the careful path
+// (completeCareful) takes one with a cost: it charges the plan.
 type completion struct {
 	lease   Lease
 	result  string
 	payload []byte
 	log     *LogTail
+	cost    plan.USD
 }
 
 func completeArgs(planID string, cs []completion) []any {
 	ids, leases, workers, results := make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs))
-	payloads := make([][]byte, len(cs))
+	payloads, costs := make([][]byte, len(cs)), make([]int64, len(cs))
 	for i, c := range cs {
 		ids[i], leases[i], workers[i], results[i], payloads[i] = c.lease.TaskID, c.lease.LeaseID, c.lease.WorkerID, c.result, c.payload
+		costs[i] = int64(c.cost)
 	}
-	return []any{planID, ids, leases, workers, results, payloads}
+	return []any{planID, ids, leases, workers, results, payloads, costs}
 }
 
 // completed is what a completeUnsettledSQL statement did for each of its completions:

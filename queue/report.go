@@ -12,7 +12,8 @@ import (
 )
 
 // The worker protocol survives lost answers. A report (START, COMPLETE, FAIL, RELEASE)
-// retried after its answer was lost is answered with the task (replayed, in claim.go); a
+// retried after its answer was lost is answered with the task (replayed, in claim.go),
+// and another report on the lease it ended is refused; a
 // claim retried with the same key finds the task it got (HeldClaim); an attempt whose
 // report could not be made before its lease ended still charges its cost (ChargeLost);
 // and a worker restarted under the same id hands back what its predecessor held
