@@ -13,11 +13,12 @@ import (
 	"testing"
 )
 
-// unitDirectives reads the [Service] section of a unit: each directive's values in order.
-func unitDirectives(body string) map[string][]string {
+// unitDirectives reads the [Service] sections of a unit and its drop-ins, in order: each
+// directive's values; an empty assignment resets a directive, as systemd does.
+func unitDirectives(bodies ...string) map[string][]string {
 	out := map[string][]string{}
 	section := ""
-	sc := bufio.NewScanner(strings.NewReader(body))
+	sc := bufio.NewScanner(strings.NewReader(strings.Join(bodies, "\n")))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		switch {
@@ -25,7 +26,9 @@ func unitDirectives(body string) map[string][]string {
 		case strings.HasPrefix(line, "["):
 			section = line
 		case section == "[Service]":
-			if k, v, ok := strings.Cut(line, "="); ok {
+			if k, v, ok := strings.Cut(line, "="); ok && v == "" {
+				delete(out, k)
+			} else if ok {
 				out[k] = append(out[k], v)
 			}
 		}
@@ -82,9 +85,9 @@ func restrictionScript(t *testing.T, worker string, dirs map[string][]string) (s
 	script = append(script, "mount -n -t tmpfs -o mode=755 tmpfs "+stage,
 		"cp "+worker+" "+stage+"/whilly-worker", "mkdir -m 777 "+stage+"/home",
 		"mkdir -m 0 "+empty, "touch "+emptyFile, "chmod 0 "+emptyFile)
-	yes := func(k string) bool {
+	yes := func(k string) bool { // set, to anything but its default
 		v := dirs[k]
-		return len(v) > 0 && v[len(v)-1] != "no" && v[len(v)-1] != "false" && v[len(v)-1] != "0" && v[len(v)-1] != ""
+		return len(v) > 0 && !slices.Contains([]string{"no", "false", "0", "", "default", "all"}, v[len(v)-1])
 	}
 	add := func(format string, args ...any) { script = append(script, fmt.Sprintf(format, args...)) }
 	for _, k := range slices.Sorted(maps.Keys(dirs)) {
@@ -175,7 +178,7 @@ func runWorkerUnder(t *testing.T, worker string, dirs map[string][]string) strin
 	t.Helper()
 	script, problems := restrictionScript(t, worker, dirs)
 	for _, p := range problems {
-		t.Errorf("the worker unit sets %s", p)
+		t.Errorf("the unit sets %s", p)
 	}
 	script = append(script, fmt.Sprintf("exec setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs "+
 		"env -i PATH=/usr/bin:/bin HOME=/mnt/home WHILLY_SANDBOX=bwrap /mnt/whilly-worker --connect http://127.0.0.1:9 --agent claude"))
@@ -196,6 +199,11 @@ func TestWorkerUnitSandboxWorks(t *testing.T) {
 	dirs := unitDirectives(readFile(t, "systemd/whilly-worker@.service"))
 	if out := runWorkerUnder(t, worker, dirs); !strings.Contains(out, "sandbox works") || strings.Contains(out, "does not work here") {
 		t.Errorf("whilly-worker under the unit's restrictions:\n%s", out)
+	}
+	// serve's planner and TRIZ box the agent too: the serve unit with its planner drop-in.
+	serve := unitDirectives(readFile(t, "systemd/whilly-serve.service"), readFile(t, "systemd/whilly-serve-planner.conf"))
+	if out := runWorkerUnder(t, worker, serve); !strings.Contains(out, "sandbox works") || strings.Contains(out, "does not work here") {
+		t.Errorf("the sandbox under whilly-serve.service with whilly-serve-planner.conf:\n%s", out)
 	}
 
 	// The emulation does restrict: with the directive the unit had, bubblewrap fails,
