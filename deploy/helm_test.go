@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
@@ -73,13 +75,24 @@ func loadChart(t *testing.T) *chart.Chart {
 	return ch
 }
 
-// renderChart does what `helm template whilly deploy/helm/whilly -n ci` does, with Helm's
-// own loader and engine, and decodes every object strictly.
+// minKubeVersion is the least Kubernetes version the chart declares (kubeVersion: ">=X.Y.Z-0").
+func minKubeVersion(t *testing.T, ch *chart.Chart) chartutil.KubeVersion {
+	t.Helper()
+	m := regexp.MustCompile(`^>=\s*v?(\d+)\.(\d+)\.(\d+)(-0)?$`).FindStringSubmatch(ch.Metadata.KubeVersion)
+	if m == nil {
+		t.Fatalf("chart kubeVersion %q is not a minimum (>=X.Y.Z-0)", ch.Metadata.KubeVersion)
+	}
+	return chartutil.KubeVersion{Version: "v" + m[1] + "." + m[2] + "." + m[3], Major: m[1], Minor: m[2]}
+}
+
+// renderChart does what `helm template whilly deploy/helm/whilly -n ci --kube-version MIN`
+// does, at the least Kubernetes version the chart declares, with Helm's own loader and
+// engine, and decodes every object strictly.
 func renderChart(t *testing.T, release string, values map[string]any) (rendered, error) {
 	t.Helper()
 	ch := loadChart(t)
 	caps := chartutil.DefaultCapabilities.Copy()
-	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"}
+	caps.KubeVersion = minKubeVersion(t, ch)
 	if !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, caps.KubeVersion.String()) {
 		t.Fatalf("chart kubeVersion %q excludes %s", ch.Metadata.KubeVersion, caps.KubeVersion)
 	}
@@ -177,16 +190,47 @@ func checkSecretRefs(t *testing.T, d *appsv1.Deployment, secretName string, secr
 	}
 }
 
+// The workers' pods run bubblewrap in a user namespace of their own (hostUsers: false),
+// which Kubernetes turns on by default from 1.33 (UserNamespacesSupport beta): the chart
+// may not declare an older minimum.
+func TestChartDeclaresUserNamespaces(t *testing.T) {
+	t.Parallel()
+	ch := loadChart(t)
+	v := minKubeVersion(t, ch)
+	if v.Major != "1" || v.Minor < "33" || len(v.Minor) != 2 {
+		t.Errorf("Chart.yaml kubeVersion %q: the workers need Kubernetes >= 1.33 (hostUsers: false)", ch.Metadata.KubeVersion)
+	}
+	values := readFile(t, chartDir+"/values.yaml")
+	r := mustRender(t, "whilly", requiredSecrets)
+	for what, text := range map[string]string{"values.yaml": values, "NOTES.txt": r.notes, "Chart.yaml": ch.Metadata.Description} {
+		for _, want := range []string{"1.33", "namespace", "Unconfined"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s does not say the workers' requirements (%q)", what, want)
+			}
+		}
+	}
+}
+
+// workerPod is the pod template of the release's workers: the ScaledJob's Jobs', or the
+// worker Deployment's.
+func workerPod(t *testing.T, r rendered, name string) corev1.PodTemplateSpec {
+	t.Helper()
+	if o, ok := r.objects["ScaledJob/"+name]; ok {
+		return o.(*ScaledJob).Spec.JobTargetRef.Template
+	}
+	return get[*appsv1.Deployment](t, r, "Deployment", name).Spec.Template
+}
+
 func TestChartDefaults(t *testing.T) {
 	t.Parallel()
 	r := mustRender(t, "whilly", requiredSecrets)
-	want := []string{"Deployment/whilly-serve", "Deployment/whilly-worker", "ScaledObject/whilly-worker",
+	want := []string{"Deployment/whilly-serve", "ScaledJob/whilly-worker",
 		"Secret/whilly-secrets", "Service/whilly-serve", "TriggerAuthentication/whilly-worker"}
 	if got := r.kinds(); !slices.Equal(got, want) {
 		t.Fatalf("objects = %v, want %v", got, want)
 	}
 	secret := get[*corev1.Secret](t, r, "Secret", "whilly-secrets")
-	for _, k := range []string{"database-url", "bootstrap-token"} {
+	for _, k := range []string{"database-url", "bootstrap-token", "keda-database-url"} {
 		if secret.StringData[k] == "" {
 			t.Errorf("Secret lacks %s", k)
 		}
@@ -242,51 +286,53 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("service ports %+v selector %v, pods %v", svc.Spec.Ports, svc.Spec.Selector, serve.Spec.Template.Labels)
 	}
 
-	worker := get[*appsv1.Deployment](t, r, "Deployment", "whilly-worker")
-	checkSecretRefs(t, worker, "whilly-secrets", secret)
-	if worker.Spec.Replicas != nil {
-		t.Errorf("worker replicas = %d: with KEDA the HPA owns the count", *worker.Spec.Replicas)
-	}
-	wc := container(t, worker.Spec.Template.Spec, "worker")
+	// A scale-down never stops an attempt: each Job's worker runs one task and exits.
+	sj := get[*ScaledJob](t, r, "ScaledJob", "whilly-worker")
+	pod := workerPod(t, r, "whilly-worker")
+	checkSecretRefs(t, &appsv1.Deployment{ObjectMeta: sj.ObjectMeta, Spec: appsv1.DeploymentSpec{Template: pod}}, "whilly-secrets", secret)
+	wc := container(t, pod.Spec, "worker")
 	we := envOf(wc)
 	if got := we["WHILLY_CONTROL_URL"].Value; got != "http://whilly-serve.ci.svc:80" {
 		t.Errorf("WHILLY_CONTROL_URL = %q", got)
 	}
-	if !slices.Contains(wc.Args, "--insecure") {
-		t.Errorf("worker args %v: plain http inside the cluster needs --insecure", wc.Args)
+	for _, arg := range []string{"--insecure", "--max-tasks=1", "--drain"} {
+		if !slices.Contains(wc.Args, arg) {
+			t.Errorf("worker args %v lack %s", wc.Args, arg)
+		}
+	}
+	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever || sj.Spec.JobTargetRef.BackoffLimit == nil || *sj.Spec.JobTargetRef.BackoffLimit != 0 {
+		t.Errorf("worker Job: restartPolicy %q backoffLimit %v", pod.Spec.RestartPolicy, deref(sj.Spec.JobTargetRef.BackoffLimit))
+	}
+	if sj.Spec.ScalingStrategy.Strategy != "accurate" {
+		t.Errorf("ScaledJob scaling strategy %q: each Job takes its task off the count, so accurate", sj.Spec.ScalingStrategy.Strategy)
 	}
 	if _, ok := we["WHILLY_WORKER_TOKEN"]; ok {
 		t.Error("workers registered with the bootstrap token should carry no worker token")
 	}
-	if we["WHILLY_BOOTSTRAP_TOKEN"].ValueFrom == nil {
-		t.Error("the worker reads no bootstrap token from the Secret")
+	if ref := we["WHILLY_BOOTSTRAP_TOKEN"].ValueFrom; ref == nil || ref.SecretKeyRef.Key != "bootstrap-token" {
+		t.Error("without secrets.workerBootstrapToken the worker reads the fleet's bootstrap token")
 	}
-	if ps := worker.Spec.Template.Spec.SecurityContext; ps.SeccompProfile.Type != corev1.SeccompProfileTypeUnconfined {
-		t.Errorf("the bwrap worker's seccomp profile is %s", ps.SeccompProfile.Type)
+	if ps := pod.Spec.SecurityContext; ps.SeccompProfile.Type != corev1.SeccompProfileTypeUnconfined ||
+		ps.AppArmorProfile == nil || ps.AppArmorProfile.Type != corev1.AppArmorProfileTypeUnconfined {
+		t.Errorf("the bwrap worker's seccomp/AppArmor profiles are %+v", ps)
 	}
-	if ws := worker.Spec.Template.Spec; ws.HostUsers == nil || *ws.HostUsers || wc.SecurityContext == nil ||
+	if ws := pod.Spec; ws.HostUsers == nil || *ws.HostUsers || wc.SecurityContext == nil ||
 		wc.SecurityContext.ProcMount == nil || *wc.SecurityContext.ProcMount != corev1.UnmaskedProcMount {
 		t.Errorf("the bwrap worker needs hostUsers: false and procMount: Unmasked")
 	}
 
-	so := get[*ScaledObject](t, r, "ScaledObject", "whilly-worker")
-	if ref := so.Spec.ScaleTargetRef; ref == nil || ref.Name != worker.Name || ref.Kind != "Deployment" || ref.APIVersion != "apps/v1" {
-		t.Errorf("ScaledObject targets %+v, want Deployment %s", so.Spec.ScaleTargetRef, worker.Name)
+	if sj.Spec.MinReplicaCount == nil || *sj.Spec.MinReplicaCount != 0 {
+		t.Errorf("minReplicaCount = %v, want 0 (scale to zero)", deref(sj.Spec.MinReplicaCount))
 	}
-	if so.Spec.MinReplicaCount == nil || *so.Spec.MinReplicaCount != 0 {
-		t.Errorf("minReplicaCount = %v, want 0 (scale to zero)", deref(so.Spec.MinReplicaCount))
+	if sj.Spec.MaxReplicaCount == nil || *sj.Spec.MaxReplicaCount < 1 {
+		t.Errorf("maxReplicaCount = %v", deref(sj.Spec.MaxReplicaCount))
 	}
-	if so.Spec.MaxReplicaCount == nil || *so.Spec.MaxReplicaCount < 1 {
-		t.Errorf("maxReplicaCount = %v", deref(so.Spec.MaxReplicaCount))
+	if len(sj.Spec.Triggers) != 1 || sj.Spec.Triggers[0].Type != "postgresql" {
+		t.Fatalf("triggers = %+v, want one postgresql trigger", sj.Spec.Triggers)
 	}
-	if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != "postgresql" {
-		t.Fatalf("triggers = %+v, want one postgresql trigger", so.Spec.Triggers)
-	}
-	tr := so.Spec.Triggers[0]
+	tr := sj.Spec.Triggers[0]
 	checkTriggerMetadata(t, tr)
-	if tr.Metadata["query"] != strings.TrimSpace(readFile(t, chartDir+"/files/ready-tasks.sql")) {
-		t.Errorf("the trigger's query is not files/ready-tasks.sql:\n%s", tr.Metadata["query"])
-	}
+	checkQuery(t, tr.Metadata["query"], "ARRAY[]::text[] AS labels, ARRAY[]::text[] AS scopes, false AS running, '' AS pods")
 	if tr.Metadata["activationTargetQueryValue"] != "0" || tr.Metadata["targetQueryValue"] != "1" {
 		t.Errorf("trigger metadata %v", tr.Metadata)
 	}
@@ -294,10 +340,12 @@ func TestChartDefaults(t *testing.T) {
 	if tr.AuthenticationRef == nil || tr.AuthenticationRef.Name != ta.Name {
 		t.Errorf("the trigger's authenticationRef %+v is not %s", tr.AuthenticationRef, ta.Name)
 	}
+	// KEDA's libpq gets a URL of its own (it refuses pgx's parameters).
 	if len(ta.Spec.SecretTargetRef) != 1 || ta.Spec.SecretTargetRef[0] != (AuthSecretTargetRef{
-		Parameter: "connection", Name: "whilly-secrets", Key: "database-url"}) {
+		Parameter: "connection", Name: "whilly-secrets", Key: "keda-database-url"}) {
 		t.Errorf("TriggerAuthentication secretTargetRef = %+v", ta.Spec.SecretTargetRef)
 	}
+	worker := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: pod}}
 
 	var names []string
 	for _, d := range []*appsv1.Deployment{serve, worker} {
@@ -310,7 +358,7 @@ func TestChartDefaults(t *testing.T) {
 	if bad := unknownVariables(t, names); len(bad) > 0 {
 		t.Errorf("the chart sets variables whilly does not read: %v", bad)
 	}
-	if !strings.Contains(r.notes, "port-forward svc/whilly-serve") {
+	if !strings.Contains(r.notes, "port-forward svc/whilly-serve") || !strings.Contains(r.notes, "whilly admin token mint --owner k8s --bootstrap --scope") {
 		t.Errorf("NOTES.txt:\n%s", r.notes)
 	}
 }
@@ -335,6 +383,21 @@ func checkTriggerMetadata(t *testing.T, tr ScaleTriggers) {
 		if !slices.Contains(allowed, k) {
 			t.Errorf("%s trigger: KEDA reads no metadata key %q", tr.Type, k)
 		}
+	}
+}
+
+// checkQuery verifies that a KEDA query is files/ready-tasks.sql with its parameters
+// (its first line) set to params; a test of the queue package runs the file against the
+// schema.
+func checkQuery(t *testing.T, query, params string) {
+	t.Helper()
+	file := strings.TrimSpace(readFile(t, chartDir+"/files/ready-tasks.sql"))
+	first, rest, _ := strings.Cut(file, "\n")
+	if want := "WITH chart AS (SELECT " + params + ")\n" + rest; query != want {
+		t.Errorf("the trigger's query is not files/ready-tasks.sql with %s:\n%s\nfirst line of the file: %s", params, query, first)
+	}
+	if !strings.Contains(query, "NOT EXISTS (SELECT 1 FROM fleet WHERE paused)") {
+		t.Errorf("the KEDA query ignores the fleet's pause:\n%s", query)
 	}
 }
 
@@ -364,7 +427,7 @@ func TestChartCustomValues(t *testing.T) {
 		"worker": map[string]any{
 			"controlURL": "https://whilly.example.com", "labels": "gpu,linux", "agent": "codex",
 			"agentAPIKeyEnv": "OPENAI_API_KEY",
-			"autoscaling":    map[string]any{"trigger": "prometheus", "maxReplicas": 25, "tasksPerWorker": 2},
+			"autoscaling":    map[string]any{"kind": "ScaledObject", "trigger": "prometheus", "maxReplicas": 25, "tasksPerWorker": 2},
 		},
 	})
 	if _, ok := r.objects["TriggerAuthentication/prod-whilly-eu"]; ok {
@@ -455,6 +518,14 @@ func TestChartRefusesIncompleteValues(t *testing.T) {
 			"set secrets.githubAppPrivateKey, secrets.githubWebhookSecret and secrets.tokenSealKey"},
 		{"unknown trigger", map[string]any{"secrets": requiredSecrets["secrets"], "worker": map[string]any{"autoscaling": map[string]any{"trigger": "cpu"}}},
 			`worker.autoscaling.trigger is "cpu"`},
+		{"unknown kind", map[string]any{"secrets": requiredSecrets["secrets"], "worker": map[string]any{"autoscaling": map[string]any{"kind": "HPA"}}},
+			`worker.autoscaling.kind is "HPA"`},
+		{"pgx parameters for KEDA", map[string]any{"secrets": map[string]any{"databaseURL": "postgres://db/whilly?pool_max_conns=20", "bootstrapToken": "t"}},
+			"set secrets.kedaDatabaseURL"},
+		{"scopes without a scoped token", map[string]any{"secrets": requiredSecrets["secrets"], "worker": map[string]any{"scopes": []any{"repo:acme/shop"}}},
+			"set secrets.workerBootstrapToken"},
+		{"ingress without a host", map[string]any{"secrets": requiredSecrets["secrets"], "ingress": map[string]any{"enabled": true}},
+			"ingress.host is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -477,5 +548,96 @@ func TestStrictDecoderRefusesUnknownFields(t *testing.T) {
 	var gvk *schema.GroupVersionKind
 	if _, gvk, _ = strictDecoder(t).Decode([]byte("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n"), nil, nil); gvk == nil || gvk.Kind != "Service" {
 		t.Errorf("a plain Service decoded as %v", gvk)
+	}
+}
+
+// Workers register with a scoped bootstrap token, and KEDA counts only the tasks they
+// may claim: their labels, their scopes, and (a Deployment) the tasks its own pods run.
+func TestChartScopedWorkers(t *testing.T) {
+	t.Parallel()
+	values := func(kind string) map[string]any {
+		return map[string]any{
+			"secrets": map[string]any{"databaseURL": "postgres://whilly@db/whilly?pool_max_conns=20", "bootstrapToken": "fleet",
+				"workerBootstrapToken": "scoped", "kedaDatabaseURL": "postgres://keda@db/whilly"},
+			"worker": map[string]any{"labels": "gpu,linux", "scopes": []any{"repo:acme/shop", "installation:42"},
+				"autoscaling": map[string]any{"kind": kind}},
+		}
+	}
+	r := mustRender(t, "whilly", values("ScaledJob"))
+	secret := get[*corev1.Secret](t, r, "Secret", "whilly-secrets")
+	if secret.StringData["worker-bootstrap-token"] != "scoped" || secret.StringData["keda-database-url"] != "postgres://keda@db/whilly" {
+		t.Errorf("Secret = %v", secret.StringData)
+	}
+	wc := container(t, workerPod(t, r, "whilly-worker").Spec, "worker")
+	if ref := envOf(wc)["WHILLY_BOOTSTRAP_TOKEN"].ValueFrom; ref == nil || ref.SecretKeyRef.Key != "worker-bootstrap-token" {
+		t.Errorf("the worker does not register with the scoped token: %+v", ref)
+	}
+	sj := get[*ScaledJob](t, r, "ScaledJob", "whilly-worker")
+	checkQuery(t, sj.Spec.Triggers[0].Metadata["query"],
+		"ARRAY['gpu', 'linux']::text[] AS labels, ARRAY['repo:acme/shop', 'installation:42']::text[] AS scopes, false AS running, '' AS pods")
+
+	r = mustRender(t, "whilly", values("ScaledObject"))
+	so := get[*ScaledObject](t, r, "ScaledObject", "whilly-worker")
+	checkQuery(t, so.Spec.Triggers[0].Metadata["query"],
+		"ARRAY['gpu', 'linux']::text[] AS labels, ARRAY['repo:acme/shop', 'installation:42']::text[] AS scopes, true AS running, 'whilly-worker-' AS pods")
+	d := get[*appsv1.Deployment](t, r, "Deployment", "whilly-worker")
+	if d.Spec.Replicas != nil || slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--drain") {
+		t.Errorf("worker Deployment: replicas %v args %v", deref(d.Spec.Replicas), d.Spec.Template.Spec.Containers[0].Args)
+	}
+	if ref := so.Spec.ScaleTargetRef; ref == nil || ref.Name != d.Name || ref.Kind != "Deployment" {
+		t.Errorf("ScaledObject targets %+v", so.Spec.ScaleTargetRef)
+	}
+}
+
+// Pull mode, approval and allowed owners are values; the planner and TRIZ box the agent
+// in serve's pod, which then gets the worker's exemptions; an Ingress reaches serve.
+func TestChartServeValues(t *testing.T) {
+	t.Parallel()
+	r := mustRender(t, "whilly", requiredSecrets)
+	serve := get[*appsv1.Deployment](t, r, "Deployment", "whilly-serve")
+	if ps := serve.Spec.Template.Spec; ps.HostUsers != nil || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("serve without planner: hostUsers %v, seccomp %v", ps.HostUsers, ps.SecurityContext.SeccompProfile)
+	}
+	if _, ok := r.objects["Ingress/whilly-serve"]; ok {
+		t.Error("an Ingress by default")
+	}
+
+	r = mustRender(t, "whilly", map[string]any{
+		"secrets": requiredSecrets["secrets"],
+		"serve": map[string]any{"planner": "claude", "triz": true, "publicURL": "https://whilly.example.com",
+			"github": map[string]any{"deliveries": "pull", "allowedOwners": "acme,octo", "requireApproval": true}},
+		"ingress": map[string]any{"enabled": true, "className": "nginx", "host": "whilly.example.com",
+			"tls": []any{map[string]any{"secretName": "whilly-tls", "hosts": []any{"whilly.example.com"}}}},
+	})
+	serve = get[*appsv1.Deployment](t, r, "Deployment", "whilly-serve")
+	c := container(t, serve.Spec.Template.Spec, "serve")
+	env := envOf(c)
+	for name, want := range map[string]string{"WHILLY_GITHUB_DELIVERIES": "pull", "WHILLY_GITHUB_ALLOWED_OWNERS": "acme,octo",
+		"WHILLY_REQUIRE_APPROVAL": "1", "WHILLY_PLANNER": "claude", "WHILLY_TRIZ_ENABLED": "1", "WHILLY_SANDBOX": "bwrap"} {
+		if env[name].Value != want {
+			t.Errorf("serve %s = %q, want %q", name, env[name].Value, want)
+		}
+	}
+	if ref := env["ANTHROPIC_API_KEY"].ValueFrom; ref == nil || ref.SecretKeyRef.Key != "agent-api-key" {
+		t.Error("the planner's agent gets no API key")
+	}
+	ps := serve.Spec.Template.Spec
+	if ps.HostUsers == nil || *ps.HostUsers || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeUnconfined ||
+		c.SecurityContext.ProcMount == nil || *c.SecurityContext.ProcMount != corev1.UnmaskedProcMount ||
+		ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot {
+		t.Errorf("serve with the planner: pod %+v container %+v, want the bubblewrap exemptions", ps.SecurityContext, c.SecurityContext)
+	}
+	if m := container(t, ps, "migrate"); m.SecurityContext.ProcMount != nil {
+		t.Error("the migrate init container runs no agent: no exemptions")
+	}
+	ing := get[*networkingv1.Ingress](t, r, "Ingress", "whilly-serve")
+	if len(ing.Spec.Rules) != 1 || ing.Spec.Rules[0].Host != "whilly.example.com" || ing.Spec.IngressClassName == nil || *ing.Spec.IngressClassName != "nginx" ||
+		len(ing.Spec.TLS) != 1 || ing.Spec.TLS[0].SecretName != "whilly-tls" {
+		t.Fatalf("Ingress spec = %+v", ing.Spec)
+	}
+	be := ing.Spec.Rules[0].HTTP.Paths[0].Backend.Service
+	svc := get[*corev1.Service](t, r, "Service", "whilly-serve")
+	if be == nil || be.Name != svc.Name || be.Port.Name != svc.Spec.Ports[0].Name {
+		t.Errorf("the Ingress's backend %+v is not the Service %s port %s", be, svc.Name, svc.Spec.Ports[0].Name)
 	}
 }

@@ -4,13 +4,14 @@ import (
 	encjson "encoding/json"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // The KEDA API types the chart renders, as strict local structs: the fields (and JSON
-// names) of keda.sh/v1alpha1 ScaledObject and TriggerAuthentication in KEDA v2.21
+// names) of keda.sh/v1alpha1 ScaledObject, ScaledJob and TriggerAuthentication in KEDA v2.21
 // (apis/keda/v1alpha1 of github.com/kedacore/keda/v2), minus status and the fields of
 // other authentication providers. KEDA's own module is not imported: its API package
 // pulls in controller-runtime and client-go's informers and listers, which made this
@@ -19,7 +20,7 @@ import (
 var kedaGV = schema.GroupVersion{Group: "keda.sh", Version: "v1alpha1"}
 
 func addKEDA(s *runtime.Scheme) {
-	s.AddKnownTypes(kedaGV, &ScaledObject{}, &TriggerAuthentication{})
+	s.AddKnownTypes(kedaGV, &ScaledObject{}, &ScaledJob{}, &TriggerAuthentication{})
 	metav1.AddToGroupVersion(s, kedaGV)
 }
 
@@ -102,7 +103,40 @@ type AuthEnvironment struct {
 	ContainerName string `json:"containerName,omitempty"`
 }
 
+type ScaledJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ScaledJobSpec `json:"spec"`
+}
+
+type ScaledJobSpec struct {
+	JobTargetRef               *batchv1.JobSpec `json:"jobTargetRef"`
+	PollingInterval            *int32           `json:"pollingInterval,omitempty"`
+	SuccessfulJobsHistoryLimit *int32           `json:"successfulJobsHistoryLimit,omitempty"`
+	FailedJobsHistoryLimit     *int32           `json:"failedJobsHistoryLimit,omitempty"`
+	EnvSourceContainerName     string           `json:"envSourceContainerName,omitempty"`
+	MinReplicaCount            *int32           `json:"minReplicaCount,omitempty"`
+	MaxReplicaCount            *int32           `json:"maxReplicaCount,omitempty"`
+	Rollout                    *Rollout         `json:"rollout,omitempty"`
+	ScalingStrategy            ScalingStrategy  `json:"scalingStrategy,omitempty"`
+	Triggers                   []ScaleTriggers  `json:"triggers"`
+}
+
+type Rollout struct {
+	Strategy          string `json:"strategy,omitempty"`
+	PropagationPolicy string `json:"propagationPolicy,omitempty"`
+}
+
+type ScalingStrategy struct {
+	Strategy                          string   `json:"strategy,omitempty"`
+	CustomScalingQueueLengthDeduction *int32   `json:"customScalingQueueLengthDeduction,omitempty"`
+	CustomScalingRunningJobPercentage string   `json:"customScalingRunningJobPercentage,omitempty"`
+	PendingPodConditions              []string `json:"pendingPodConditions,omitempty"`
+	MultipleScalersCalculation        string   `json:"multipleScalersCalculation,omitempty"`
+}
+
 func (o *ScaledObject) DeepCopyObject() runtime.Object          { return deepCopy(o) }
+func (o *ScaledJob) DeepCopyObject() runtime.Object             { return deepCopy(o) }
 func (o *TriggerAuthentication) DeepCopyObject() runtime.Object { return deepCopy(o) }
 
 func deepCopy[T any](o *T) *T {

@@ -2,8 +2,10 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/whilly-go/whilly/queue"
@@ -99,5 +101,75 @@ func TestKEDAQueryCountsTasksThatNeedAWorker(t *testing.T) {
 	}
 	if n := count(); n != sum+running {
 		t.Errorf("the KEDA query counts %d, want %d ready + %d running", n, sum, running)
+	}
+}
+
+// TestKEDAQueryCountsOnlyTheChartsWorkers runs the query as the Helm chart renders it for
+// workers with labels and scopes (its first line set, as the chart sets it): tasks those
+// workers may not claim (labels they lack, plans outside their scopes), tasks held by
+// workers outside the chart (a laptop, an Actions runner), and pending tasks while the
+// fleet is paused do not wake or keep pods.
+func TestKEDAQueryCountsOnlyTheChartsWorkers(t *testing.T) {
+	t.Parallel()
+	body, err := os.ReadFile(filepath.Join("..", "deploy", "helm", "whilly", "files", "ready-tasks.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, rest, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+	if !strings.HasPrefix(first, "WITH chart AS (SELECT ") {
+		t.Fatalf("ready-tasks.sql begins with %q, not the line of parameters the chart replaces", first)
+	}
+	// As the chart's whilly.kedaQuery renders it for labels gpu,linux, scope plan:mine.
+	query := func(running bool) string {
+		return fmt.Sprintf("WITH chart AS (SELECT ARRAY['gpu', 'linux']::text[] AS labels, ARRAY['plan:mine']::text[] AS scopes, %t AS running, 'whilly-worker-' AS pods)\n%s", running, rest)
+	}
+	st, pool := newStore(t)
+	ctx := context.Background()
+	count := func(running bool) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, query(running)).Scan(&n); err != nil {
+			t.Fatalf("the KEDA query fails: %v", err)
+		}
+		return n
+	}
+	importTasks(t, st, mustParse(t, `{"plan_id": "mine", "project": "Mine", "tasks": [
+		{"id": "A", "priority": "high", "description": "runs on a pod of the chart"},
+		{"id": "B", "priority": "high", "description": "runs on a laptop"},
+		{"id": "C", "priority": "high", "description": "ready, no labels"},
+		{"id": "G", "priority": "high", "description": "ready, needs a gpu", "labels": ["gpu"]},
+		{"id": "W", "priority": "high", "description": "ready, needs windows", "labels": ["windows"]}]}`))
+	importTasks(t, st, mustParse(t, `{"plan_id": "theirs", "project": "Theirs", "tasks": [
+		{"id": "T", "priority": "high", "description": "ready, outside the chart's scopes"}]}`))
+
+	claimAs := func(hostname, want string) {
+		t.Helper()
+		w, _, err := st.RegisterWorker(ctx, hostname, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: "mine"})
+		if err != nil || c == nil || c.Task.ID != want {
+			t.Fatalf("%s claims %v, %v; want %s", hostname, c, err, want)
+		}
+	}
+	claimAs("whilly-worker-7d9f8-x2x4q", "A")
+	claimAs("laptop", "B")
+
+	// Ready for the chart's workers: C and G. Running on its pods: A.
+	if n := count(false); n != 2 {
+		t.Errorf("ScaledJob query = %d, want 2 (C, G)", n)
+	}
+	if n := count(true); n != 3 {
+		t.Errorf("ScaledObject query = %d, want 3 (C, G ready; A on a pod)", n)
+	}
+	if _, err := st.PauseFleet(ctx, queue.Actor{By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(false); n != 0 {
+		t.Errorf("fleet paused: ScaledJob query = %d, want 0", n)
+	}
+	if n := count(true); n != 1 {
+		t.Errorf("fleet paused: ScaledObject query = %d, want 1 (A still runs on its pod)", n)
 	}
 }

@@ -509,14 +509,37 @@ func Check(ctx context.Context) error {
 		err = s.Probe(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("%w; %s", err, Fix)
+		return fmt.Errorf("%w; %s", err, Fix(err))
 	}
 	return nil
 }
 
-// Fix is what to do when the box does not work.
-const Fix = "install bubblewrap (apt-get install bubblewrap; where AppArmor restricts user namespaces, as on Ubuntu 24.04, " +
-	"also sysctl -w kernel.apparmor_restrict_unprivileged_userns=0), or set WHILLY_SANDBOX=none to run agents unboxed"
+// Fix says what to do when the box does not work, from what failed: bubblewrap
+// missing, a /proc it cannot mount again, or user namespaces refused.
+func Fix(err error) string {
+	const unboxed = ", or set WHILLY_SANDBOX=none to run agents unboxed"
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	switch {
+	case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+		return "install bubblewrap (apt-get install bubblewrap)" + unboxed
+	case strings.Contains(msg, "mount proc"):
+		// The kernel lets a user namespace mount a fresh /proc only where no part of
+		// the current one is covered by another mount.
+		return "bubblewrap cannot mount a fresh /proc because parts of this process's /proc are covered: " +
+			"under systemd, turn off ProtectKernelTunables=, ProtectKernelLogs=, ProtectProc= and ProcSubset= " +
+			"(as deploy/systemd/whilly-worker@.service does); in Docker, add security_opt systempaths=unconfined; " +
+			"in Kubernetes, set procMount: Unmasked with hostUsers: false" + unboxed
+	case strings.Contains(msg, "namespace") || strings.Contains(msg, "uid map") || strings.Contains(msg, "uid_map"):
+		return "allow this user to create user namespaces (where AppArmor restricts them, as on Ubuntu 24.04: " +
+			"sysctl -w kernel.apparmor_restrict_unprivileged_userns=0; under systemd: no RestrictNamespaces= and no " +
+			"SystemCallFilter=; in a container: seccomp and AppArmor unconfined)" + unboxed
+	}
+	return "check that bubblewrap (apt-get install bubblewrap) can create user, pid and network namespaces and mount /proc " +
+		"here (where AppArmor restricts user namespaces, as on Ubuntu 24.04: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0)" + unboxed
+}
 
 // Open returns the Sandbox the operator's settings ask for. With WHILLY_SANDBOX unset
 // the box is used where it works; where it does not, Open fails when needBox (the agent
@@ -534,9 +557,9 @@ func Open(ctx context.Context, set Settings, needBox bool) (*Sandbox, error) {
 	case err == nil:
 		return s, nil
 	case set.Mode == ModeBwrap:
-		return nil, fmt.Errorf("WHILLY_SANDBOX=bwrap, but %w; %s", err, Fix)
+		return nil, fmt.Errorf("WHILLY_SANDBOX=bwrap, but %w; %s", err, Fix(err))
 	case needBox:
-		return nil, fmt.Errorf("agents run in a sandbox by default, but %w; %s", err, Fix)
+		return nil, fmt.Errorf("agents run in a sandbox by default, but %w; %s", err, Fix(err))
 	}
 	return nil, nil
 }

@@ -409,3 +409,25 @@ func TestStaleBoxesAreRemoved(t *testing.T) {
 		}
 	}
 }
+
+// The advice follows what failed: a /proc bubblewrap cannot mount again (systemd's
+// ProtectKernelTunables=) is not fixed by installing bubblewrap.
+func TestFixNamesTheCause(t *testing.T) {
+	t.Parallel()
+	_, missing := New(Config{Bwrap: "/nonexistent/bwrap"})
+	for _, tt := range []struct {
+		err       error
+		want, not string
+	}{
+		{missing, "apt-get install bubblewrap", "ProtectKernelTunables"},
+		{fmt.Errorf("%w: /usr/bin/bwrap: exit status 1: bwrap: Can't mount proc on /newroot/proc: Operation not permitted", ErrUnavailable),
+			"ProtectKernelTunables", "install bubblewrap"},
+		{fmt.Errorf("%w: /usr/bin/bwrap: exit status 1: bwrap: No permission to create new namespace, likely because the kernel does not allow non-privileged user namespaces", ErrUnavailable),
+			"kernel.apparmor_restrict_unprivileged_userns=0", "install bubblewrap"},
+	} {
+		got := Fix(tt.err)
+		if !strings.Contains(got, tt.want) || strings.Contains(got, tt.not) || !strings.Contains(got, "WHILLY_SANDBOX=none") {
+			t.Errorf("Fix(%v) = %q, want it to name %q and not %q", tt.err, got, tt.want, tt.not)
+		}
+	}
+}

@@ -42,3 +42,28 @@ app.kubernetes.io/instance: {{ .Release.Name }}
       key: {{ .key }}
       optional: {{ .optional }}
 {{- end -}}
+
+{{/* sqlArray renders a list of strings as a Postgres text[] literal. */}}
+{{- define "whilly.sqlArray" -}}
+{{- $items := list }}
+{{- range . }}{{ $items = append $items (printf "'%s'" (replace "'" "''" (toString .))) }}{{ end }}
+{{- printf "ARRAY[%s]::text[]" (join ", " $items) -}}
+{{- end -}}
+
+{{/*
+whilly.kedaQuery is files/ready-tasks.sql for this release's workers: its first line's
+parameters replaced by their labels, their scopes, and, for a Deployment (running), the
+prefix of its pods' names, with which they register (the tasks they run are counted too).
+*/}}
+{{- define "whilly.kedaQuery" -}}
+{{- $v := .root.Values.worker }}
+{{- $pods := "" }}
+{{- if .running }}{{ $pods = printf "%s-worker-" (include "whilly.fullname" .root) }}{{ end }}
+{{- $params := printf "WITH chart AS (SELECT %s AS labels, %s AS scopes, %s AS running, '%s' AS pods)"
+    (include "whilly.sqlArray" (splitList "," $v.labels | compact))
+    (include "whilly.sqlArray" $v.scopes) (ternary "true" "false" .running) $pods }}
+{{- $sql := .root.Files.Get "files/ready-tasks.sql" | trim }}
+{{- $first := index (splitList "\n" $sql) 0 }}
+{{- if not (hasPrefix "WITH chart AS" $first) }}{{ fail "files/ready-tasks.sql must begin with its WITH chart AS line" }}{{ end }}
+{{- replace $first $params $sql -}}
+{{- end -}}
