@@ -557,3 +557,20 @@ func TestExampleWorkflowPinsAReleaseAndAScopedWorker(t *testing.T) {
 		}
 	}
 }
+
+// The agent CLI versions the action installs by default are the ones the worker image
+// pins: one release, one tested pair.
+func TestAgentVersionsMatchTheWorkerImage(t *testing.T) {
+	t.Parallel()
+	md := parseAction(t, "action.yml")
+	b, err := os.ReadFile(filepath.Join("..", "deploy", "docker", "worker.Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for input, arg := range map[string]string{"claude-code-version": "CLAUDE_CODE_VERSION", "codex-version": "CODEX_VERSION"} {
+		m := regexp.MustCompile(`(?m)^ARG ` + arg + `=(\S+)$`).FindStringSubmatch(string(b))
+		if m == nil || md.inputs[input] != m[1] {
+			t.Errorf("input %s defaults to %q, the worker image's %s is %v", input, md.inputs[input], arg, m)
+		}
+	}
+}
