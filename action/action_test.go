@@ -5,11 +5,13 @@ package action_test
 import (
 	"bufio"
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +24,8 @@ import (
 
 // step is one step of the composite action.
 type step struct {
-	name, id, uses, run string
-	with, env           map[string]string
+	name, id, uses, run, cond string
+	with, env                 map[string]string
 }
 
 // metadata is what the test reads of action.yml.
@@ -93,6 +95,8 @@ func parseAction(t *testing.T, path string) metadata {
 				cur.uses = value
 			case "run":
 				cur.run = value
+			case "if":
+				cur.cond = value
 			}
 		case section == "runs" && indent == 8 && cur != nil && sub == "with":
 			cur.with[key] = value
@@ -117,10 +121,15 @@ func unquote(s string) string {
 	return s
 }
 
-var inputExpr = regexp.MustCompile(`^\$\{\{ inputs\.([a-z0-9-]+) \}\}$`)
+var (
+	inputExpr = regexp.MustCompile(`^\$\{\{ inputs\.([a-z0-9-]+) \}\}$`)
+	otherExpr = regexp.MustCompile(`^\$\{\{ ((?:github|steps)\.[a-z0-9_.-]+) \}\}$`)
+)
 
 // runStep runs a `run:` step as the runner does: bash, GITHUB_ACTION_PATH set, the
-// step's env with the inputs substituted. The machine's WHILLY_* variables are left out.
+// step's env with the inputs substituted, and the github and steps contexts from
+// inputs too, by their full name ("github.action_ref", "steps.resolve.outputs.version";
+// empty when not given). The machine's WHILLY_* variables are left out.
 func runStep(t *testing.T, md metadata, s step, inputs map[string]string, extra []string) (string, error) {
 	t.Helper()
 	actionDir, err := filepath.Abs(".")
@@ -135,6 +144,10 @@ func runStep(t *testing.T, md metadata, s step, inputs map[string]string, extra 
 	}
 	env = append(env, "GITHUB_ACTION_PATH="+actionDir)
 	for k, v := range s.env {
+		if m := otherExpr.FindStringSubmatch(v); m != nil {
+			env = append(env, k+"="+inputs[m[1]])
+			continue
+		}
 		m := inputExpr.FindStringSubmatch(v)
 		if m == nil {
 			t.Fatalf("step %q: env %s = %q is not an input", s.name, k, v)
@@ -205,7 +218,7 @@ func TestActionStepsRunLocally(t *testing.T) {
 	if !md.required["control-url"] {
 		t.Error("control-url is not required")
 	}
-	var build, run *step
+	var resolve, build, run *step
 	for i, s := range md.steps {
 		switch {
 		case strings.HasPrefix(s.uses, "actions/setup-go@"):
@@ -215,22 +228,52 @@ func TestActionStepsRunLocally(t *testing.T) {
 			if _, err := os.Stat(filepath.Join("..", "go.mod")); err != nil {
 				t.Errorf("the action's go.mod: %v", err)
 			}
-			if build != nil {
-				t.Error("setup-go comes after the build")
+			if resolve == nil || build != nil {
+				t.Error("setup-go does not come between resolving the version and the build")
 			}
+			if s.cond != "steps.resolve.outputs.version == ''" {
+				t.Errorf("setup-go runs if %q, want only when building from source", s.cond)
+			}
+		case strings.Contains(s.run, "run.sh\" resolve"):
+			resolve = &md.steps[i]
 		case strings.Contains(s.run, "run.sh\" build"):
 			build = &md.steps[i]
 		case strings.Contains(s.run, "run.sh\" run"):
 			run = &md.steps[i]
 		}
 	}
-	if build == nil || run == nil || run.id != "run" {
-		t.Fatalf("want a build step and a run step with id run, got %+v", md.steps)
+	if resolve == nil || resolve.id != "resolve" || build == nil || run == nil || run.id != "run" {
+		t.Fatalf("want a resolve step with id resolve, a build step and a run step with id run, got %+v", md.steps)
 	}
 	for _, name := range []string{"tasks-done", "tasks-failed", "cost-usd"} {
 		if md.outputs[name] != "${{ steps.run.outputs."+name+" }}" {
 			t.Errorf("output %s = %q, want the run step's", name, md.outputs[name])
 		}
+	}
+	// resolveVersion runs the resolve step with inputs and returns its output version.
+	resolveVersion := func(t *testing.T, inputs map[string]string) (string, string, error) {
+		outputs := filepath.Join(t.TempDir(), "output")
+		if err := os.WriteFile(outputs, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		log, err := runStep(t, md, *resolve, inputs, []string{"GITHUB_OUTPUT=" + outputs})
+		return readOutputs(t, outputs)["version"], log, err
+	}
+	for _, c := range []struct{ version, ref, want string }{
+		{"", "", ""},             // uses: ./action
+		{"", "main", ""},         // a branch: build from source
+		{"", "v0.3.0", "v0.3.0"}, // uses: …/action@v0.3.0
+		{"0.4.1", "main", "v0.4.1"},
+		{"source", "v0.3.0", ""},
+	} {
+		got, log, err := resolveVersion(t, map[string]string{"version": c.version, "github.action_ref": c.ref})
+		if err != nil || got != c.want {
+			t.Errorf("version %q at ref %q resolves to %q (%v), want %q\n%s", c.version, c.ref, got, err, c.want, log)
+		}
+	}
+	if _, log, err := resolveVersion(t, map[string]string{"version": "latest"}); err == nil ||
+		!strings.Contains(log, "::error title=whilly::input version must be a release tag such as v0.3.0, or source; got 'latest'") {
+		t.Errorf("version latest: %v\n%s", err, log)
 	}
 
 	// A control plane on a test database.
@@ -253,6 +296,84 @@ func TestActionStepsRunLocally(t *testing.T) {
 	out, err := runStep(t, md, *build, map[string]string{"agent": "command"}, []string{"WHILLY_WORKER_BIN=" + bin, "RUNNER_TEMP=" + tmp})
 	if err != nil {
 		t.Fatalf("build step: %v\n%s", err, out)
+	}
+	// A self-hosted runner whose AppArmor keeps bubblewrap out: the step stops and says
+	// what its admin should run, and changes nothing.
+	knob := filepath.Join(tmp, "apparmor_restrict_unprivileged_userns")
+	if err := os.WriteFile(knob, []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runStep(t, md, *build, map[string]string{"agent": "command"},
+		[]string{"WHILLY_WORKER_BIN=" + filepath.Join(tmp, "unused"), "RUNNER_TEMP=" + tmp, "RUNNER_ENVIRONMENT=self-hosted", "WHILLY_ACTION_USERNS_KNOB=" + knob})
+	if err == nil || !strings.Contains(out, "::error title=whilly::AppArmor on this self-hosted runner keeps bubblewrap from creating the agent's sandbox: have its admin run 'sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0'") {
+		t.Errorf("build step on a self-hosted runner with AppArmor's restriction: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "unused")); err == nil {
+		t.Error("the build step went on after the AppArmor check failed")
+	}
+
+	// The released whilly-worker: a real `make release` tarball of this machine's
+	// architecture, served as a GitHub release is, downloaded and checked against SHA256SUMS.
+	const release = "v0.0.0-action"
+	releases := filepath.Join(tmp, "releases")
+	mk := exec.Command("make", "-C", "..", "release", "VERSION="+release, "DIST="+filepath.Join(releases, release), "PLATFORMS=linux/"+runtime.GOARCH)
+	if b, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("make release: %v\n%s", err, b)
+	}
+	tarball := "whilly_" + release + "_linux_" + runtime.GOARCH + ".tar.gz"
+	// v0.0.1-bad: the same tarball under a SHA256SUMS that does not match it.
+	bad := filepath.Join(releases, "v0.0.1-bad")
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(releases, release, tarball))
+	if err != nil {
+		t.Fatal(err)
+	}
+	badName := "whilly_v0.0.1-bad_linux_" + runtime.GOARCH + ".tar.gz"
+	if err := os.WriteFile(filepath.Join(bad, badName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "SHA256SUMS"), []byte(strings.Repeat("0", 64)+"  "+badName+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := httptest.NewServer(http.FileServer(http.Dir(releases)))
+	t.Cleanup(files.Close)
+	// npm is a stand-in that records what it was asked to install.
+	npmDir := filepath.Join(tmp, "npm")
+	if err := os.MkdirAll(npmDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(npmDir, "npm"), []byte("#!/bin/sh\necho \"$@\" >>\"$NPM_LOG\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	npmLog := filepath.Join(tmp, "npm.log")
+	installRelease := func(version, bin string) (string, error) {
+		return runStep(t, md, *build, map[string]string{"agent": "claude", "release-url": files.URL + "/", "steps.resolve.outputs.version": version},
+			[]string{"WHILLY_WORKER_BIN=" + bin, "RUNNER_TEMP=" + tmp, "WHILLY_SANDBOX=none", "NPM_LOG=" + npmLog, "PATH=" + npmDir + ":" + os.Getenv("PATH")})
+	}
+	released := filepath.Join(tmp, "release", "whilly-worker")
+	if out, err := installRelease(release, released); err != nil {
+		t.Fatalf("build step with version %s: %v\n%s", release, err, out)
+	}
+	if b, err := exec.Command(released, "--version").Output(); err != nil || !strings.HasPrefix(string(b), "whilly-worker "+release) {
+		t.Errorf("the installed whilly-worker says %q (%v), want version %s", b, err, release)
+	}
+	if b, err := os.ReadFile(npmLog); err != nil || strings.TrimSpace(string(b)) != "install --global --no-fund --no-audit @anthropic-ai/claude-code@"+md.inputs["claude-code-version"] {
+		t.Errorf("npm was asked for %q (%v), want the pinned claude-code-version %s", b, err, md.inputs["claude-code-version"])
+	}
+	for version, want := range map[string]string{
+		"v0.0.1-bad": badName + " from " + files.URL + "/v0.0.1-bad does not match its SHA256SUMS",
+		"v9.9.9":     "could not download " + files.URL + "/v9.9.9/whilly_v9.9.9_linux_" + runtime.GOARCH + ".tar.gz: check that release v9.9.9 exists",
+	} {
+		nowhere := filepath.Join(tmp, version, "whilly-worker")
+		out, err := installRelease(version, nowhere)
+		if err == nil || !strings.Contains(out, "::error title=whilly::"+want) {
+			t.Errorf("build step with version %s: %v, want the error %q\n%s", version, err, want, out)
+		}
+		if _, err := os.Stat(nowhere); err == nil {
+			t.Errorf("version %s: a whilly-worker was installed", version)
+		}
 	}
 
 	importPlan := func(id string, tasks ...plan.Task) {
@@ -303,9 +424,10 @@ func TestActionStepsRunLocally(t *testing.T) {
 		// Unboxed (WHILLY_SANDBOX=none), the agent sees the worker's processes: even then
 		// the bootstrap token is in none of their environments, nor in a file left behind.
 		spy := t.TempDir()
-		outputs, summary, log, err := runActionIn(t, spy, map[string]string{"bootstrap-token": scoped, "plan": "act"}, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=SPY_DIR,RUNNER_TEMP")
-		if err == nil || !strings.Contains(log, "1 tasks this worker ran ended FAILED: act/T02") {
-			t.Fatalf("run step on a plan that failed: %v; want it to fail naming T02\n%s", err, log)
+		// The released whilly-worker runs it.
+		outputs, summary, log, err := runActionIn(t, spy, map[string]string{"bootstrap-token": scoped, "plan": "act"}, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=SPY_DIR,RUNNER_TEMP", "WHILLY_WORKER_BIN="+released)
+		if err == nil || !strings.Contains(log, "\n::error title=whilly::1 tasks this worker ran ended FAILED: act/T02\n") {
+			t.Fatalf("run step on a plan that failed: %v; want it to fail with an error annotation naming T02\n%s", err, log)
 		}
 		want := map[string]string{"tasks-done": "2", "tasks-failed": "1", "cost-usd": "0.06"}
 		for k, v := range want {
@@ -379,6 +501,10 @@ func TestActionStepsRunLocally(t *testing.T) {
 		if !strings.Contains(summary, "stopped at timeout-minutes (0.05)") || !strings.Contains(log, "timeout-minutes (0.05) reached") {
 			t.Errorf("summary:\n%s\nlog:\n%s", summary, log)
 		}
+		// Old workflows still pass worker-id: it is accepted, ignored, and said so.
+		if !strings.Contains(log, "::warning title=whilly::the worker-id input is ignored (the worker learns its id from its token): remove it from the workflow") {
+			t.Errorf("no deprecation warning for worker-id:\n%s", log)
+		}
 		task, err := st.GetTask(context.Background(), "slow", "SLOW")
 		if err != nil || task.Status != plan.StatusPending {
 			t.Fatalf("task after the timeout: %s, %v; want PENDING (released)", task.Status, err)
@@ -388,7 +514,7 @@ func TestActionStepsRunLocally(t *testing.T) {
 		t.Parallel()
 		for _, in := range []map[string]string{
 			{},                // no token at all
-			{"token": "wt_x"}, // a token without its worker id
+			{"token": "wt_x"}, // a token the control plane does not know
 			{"bootstrap-token": "b", "max-tasks": "many"}, // not a number
 		} {
 			_, _, log, err := runAction(t, in)
@@ -397,4 +523,54 @@ func TestActionStepsRunLocally(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The example workflow pins the action to a release tag (never a branch), registers its
+// worker with a bootstrap token scoped to the repository, and names only inputs the
+// action declares.
+func TestExampleWorkflowPinsAReleaseAndAScopedWorker(t *testing.T) {
+	t.Parallel()
+	md := parseAction(t, "action.yml")
+	b, err := os.ReadFile(filepath.Join("..", "examples", "workflows", "whilly.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	uses := regexp.MustCompile(`(?m)^\s+uses: whilly-go/whilly/action@(\S+)$`).FindAllStringSubmatch(text, -1)
+	if len(uses) != 1 || !regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`).MatchString(uses[0][1]) {
+		t.Errorf("the example uses the action at %v, want one use at a release tag vX.Y.Z", uses)
+	}
+	if !strings.Contains(text, "whilly admin token mint --bootstrap --scope repo:OWNER/NAME") {
+		t.Error("the example does not make a bootstrap token scoped to the repository")
+	}
+	with := regexp.MustCompile(`(?s)uses: whilly-go/whilly/action@\S+\n\s+with:\n(.*?)\n\s+env:`).FindStringSubmatch(text)
+	if with == nil {
+		t.Fatal("the example's step has no with: block followed by env:")
+	}
+	for line := range strings.Lines(with[1]) {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if _, ok := md.inputs[name]; !ok {
+			t.Errorf("the example passes %s, which the action does not declare", name)
+		}
+		if name == "worker-id" {
+			t.Error("the example passes the deprecated worker-id")
+		}
+	}
+}
+
+// The agent CLI versions the action installs by default are the ones the worker image
+// pins: one release, one tested pair.
+func TestAgentVersionsMatchTheWorkerImage(t *testing.T) {
+	t.Parallel()
+	md := parseAction(t, "action.yml")
+	b, err := os.ReadFile(filepath.Join("..", "deploy", "docker", "worker.Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for input, arg := range map[string]string{"claude-code-version": "CLAUDE_CODE_VERSION", "codex-version": "CODEX_VERSION"} {
+		m := regexp.MustCompile(`(?m)^ARG ` + arg + `=(\S+)$`).FindStringSubmatch(string(b))
+		if m == nil || md.inputs[input] != m[1] {
+			t.Errorf("input %s defaults to %q, the worker image's %s is %v", input, md.inputs[input], arg, m)
+		}
+	}
 }

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # Entry script of the whilly GitHub Action (action.yml).
 #
-#   run.sh build   builds whilly-worker from the action's own source (and installs the
-#                  claude or codex CLI with npm when the agent needs it and it is missing)
+#   run.sh resolve decides where whilly-worker comes from: the `version` input, else the
+#                  action's own ref when it is a version tag (vX.Y.Z), writes it to the
+#                  step output `version`; empty (or `source`) means build from source
+#   run.sh build   downloads the release of that version (checksum verified) or builds
+#                  whilly-worker from the action's own source, and installs the pinned
+#                  claude or codex CLI with npm when the agent needs it
 #   run.sh run     runs whilly-worker --drain, then writes tasks-done, tasks-failed and
 #                  cost-usd to $GITHUB_OUTPUT and a summary to $GITHUB_STEP_SUMMARY
 #
 # Inputs come as environment variables set by action.yml: WHILLY_CONTROL_URL,
-# WHILLY_WORKER_TOKEN, WHILLY_WORKER_ID, WHILLY_BOOTSTRAP_TOKEN, WHILLY_PLAN, WHILLY_AGENT
-# (read by whilly-worker itself, which keeps every WHILLY_*TOKEN* out of the agent's
-# environment) and INPUT_MAX_TASKS, INPUT_TIMEOUT_MINUTES, INPUT_LABELS,
-# INPUT_INSTALL_AGENT. Never interpolate an input into this script: they arrive as data.
+# WHILLY_WORKER_TOKEN, WHILLY_BOOTSTRAP_TOKEN, WHILLY_PLAN, WHILLY_AGENT (read by
+# whilly-worker itself, which keeps every WHILLY_*TOKEN* out of the agent's environment)
+# and INPUT_VERSION, INPUT_RELEASE_URL, INPUT_CLAUDE_CODE_VERSION, INPUT_CODEX_VERSION,
+# INPUT_WORKER_ID (deprecated, ignored), INPUT_MAX_TASKS, INPUT_TIMEOUT_MINUTES,
+# INPUT_LABELS, INPUT_INSTALL_AGENT; ACTION_REF and ACTION_REPOSITORY are the action's own
+# ref and repository (github.action_ref, github.action_repository), RELEASE the resolved
+# version. Never interpolate an input into this script: they arrive as data.
 # The bootstrap token goes to whilly-worker in a private file (--bootstrap-token-file, which
 # the worker deletes once read), never in its environment: a process's initial environment
 # stays readable in /proc/PID/environ for as long as it runs.
@@ -22,17 +29,48 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 src="$(dirname "$here")"
 tmp="${RUNNER_TEMP:-${TMPDIR:-/tmp}}"
 bin="${WHILLY_WORKER_BIN:-$tmp/whilly-action/whilly-worker}"
+# A release tag: what `version` takes and what makes the action's own ref a release.
+tag_re='^v[0-9]+[.][0-9]+[.][0-9]+([-+][0-9A-Za-z.-]+)?$'
+
+# annotate escapes a message for a workflow command (::error::…).
+annotate() {
+  local s="${1//%/%25}"
+  s="${s//$'\r'/%0D}"
+  printf '%s' "${s//$'\n'/%0A}"
+}
 
 fail() {
-  echo "::error title=whilly::$*" >&2
+  echo "::error title=whilly::$(annotate "$*")" >&2
   exit 2
 }
 
-# sandbox makes bubblewrap work for the agent's box (SPEC §16) where the runner allows it:
-# installs it when missing, and lifts Ubuntu 24.04's AppArmor restriction on unprivileged
-# user namespaces, which GitHub's runners keep on and bubblewrap needs. Both need sudo
-# without a password, as GitHub's hosted runners have; without it whilly-worker says what
-# is missing and exits 2 (or set WHILLY_SANDBOX=none in the step's env to run unboxed).
+# resolve writes the whilly release to install (the step output `version`): the version
+# input, else the action's own ref when it is a release tag (uses: …/action@v0.3.0);
+# empty when whilly-worker is built from source (version: source, a branch or commit ref,
+# or a local `uses: ./action`).
+resolve() {
+  local v="${INPUT_VERSION:-}"
+  if [ -z "$v" ] && [[ "${ACTION_REF:-}" =~ $tag_re ]]; then
+    v="$ACTION_REF"
+  fi
+  [ "$v" != "source" ] || v=""
+  [ -z "$v" ] || [[ "$v" == v* ]] || v="v$v"
+  if [ -n "$v" ] && ! [[ "$v" =~ $tag_re ]]; then
+    fail "input version must be a release tag such as v0.3.0, or source; got '${INPUT_VERSION:-}'"
+  fi
+  if [ -n "$v" ]; then
+    echo "whilly: whilly-worker $v from its release"
+  else
+    echo "whilly: whilly-worker built from the action's source"
+  fi
+  [ -z "${GITHUB_OUTPUT:-}" ] || echo "version=$v" >>"$GITHUB_OUTPUT"
+}
+
+# sandbox makes bubblewrap work for the agent's box (SPEC §16): installs it when missing,
+# and on GitHub's hosted runners lifts Ubuntu 24.04's AppArmor restriction on unprivileged
+# user namespaces, which bubblewrap needs (they have sudo without a password). A
+# self-hosted runner's kernel settings belong to its admin: there the step stops and says
+# what to run. WHILLY_SANDBOX=none in the step's env runs the agent unboxed instead.
 sandbox() {
   [ "${WHILLY_AGENT:-claude}" = "sim" ] && return 0
   [ "${WHILLY_SANDBOX:-}" = "none" ] && return 0
@@ -43,24 +81,78 @@ sandbox() {
       { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q bubblewrap >/dev/null 2>&1; } ||
       echo "::warning title=whilly::could not install bubblewrap"
   fi
-  local knob=/proc/sys/kernel/apparmor_restrict_unprivileged_userns
+  local knob="${WHILLY_ACTION_USERNS_KNOB:-/proc/sys/kernel/apparmor_restrict_unprivileged_userns}"
   if [ -r "$knob" ] && [ "$(cat "$knob")" = "1" ]; then
+    if [ "${RUNNER_ENVIRONMENT:-}" != "github-hosted" ]; then
+      fail "AppArmor on this self-hosted runner keeps bubblewrap from creating the agent's sandbox: have its admin run 'sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0' (and add it to /etc/sysctl.d to keep it), or set WHILLY_SANDBOX=none in the step's env to run the agent unboxed"
+    fi
     $sudo sysctl -q -w kernel.apparmor_restrict_unprivileged_userns=0 ||
       echo "::warning title=whilly::AppArmor restricts user namespaces and sysctl could not lift it: the sandbox will not work"
   fi
 }
 
+# download installs whilly-worker from the release of version $1: the linux tarball of
+# this machine's architecture and SHA256SUMS from the release of the action's repository
+# (or INPUT_RELEASE_URL/VERSION/), the tarball checked against its sum before it is opened.
+download() {
+  local v="$1" arch base name dir want got
+  [ "$(uname -s)" = "Linux" ] || fail "whilly-worker runs on Linux runners only, this one is $(uname -s): use runs-on: ubuntu-latest"
+  case "$(uname -m)" in
+    x86_64 | amd64) arch=amd64 ;;
+    aarch64 | arm64) arch=arm64 ;;
+    *) fail "whilly publishes no build for $(uname -m) runners: set the input version to source to build from source" ;;
+  esac
+  base="${INPUT_RELEASE_URL:-}"
+  [ -n "$base" ] || base="${GITHUB_SERVER_URL:-https://github.com}/${ACTION_REPOSITORY:-whilly-go/whilly}/releases/download"
+  base="${base%/}/$v"
+  name="whilly_${v}_linux_${arch}"
+  dir="$(mktemp -d "$tmp/whilly-release.XXXXXX")"
+  for f in "$name.tar.gz" SHA256SUMS; do
+    curl -fsSL --retry 3 --connect-timeout 20 -o "$dir/$f" "$base/$f" ||
+      fail "could not download $base/$f: check that release $v exists, or set the input version to source to build from source"
+  done
+  want="$(awk -v n="$name.tar.gz" '$2 == n || $2 == "*" n { print $1 }' "$dir/SHA256SUMS")"
+  [ -n "$want" ] || fail "the SHA256SUMS of release $v does not list $name.tar.gz: report it to the whilly maintainers"
+  got="$(sha256sum "$dir/$name.tar.gz" | awk '{ print $1 }')"
+  [ "$want" = "$got" ] || fail "$name.tar.gz from $base does not match its SHA256SUMS (sha256 $got, want $want): do not use it; re-run the job, and report it if it persists"
+  tar -xzf "$dir/$name.tar.gz" -C "$dir" "$name/whilly-worker" ||
+    fail "$name.tar.gz holds no $name/whilly-worker: report it to the whilly maintainers"
+  install -m 0755 "$dir/$name/whilly-worker" "$bin"
+  rm -rf "$dir"
+  echo "whilly: installed whilly-worker $v ($name.tar.gz, sha256 $got)"
+}
+
+# install_agent installs the pinned claude or codex CLI with npm, unless the step's env
+# names its own (CLAUDE_BIN, CODEX_BIN) or the one on PATH is already that version.
+install_agent() {
+  [ "${INPUT_INSTALL_AGENT:-true}" = "true" ] || return 0
+  local pkg cmd own input version
+  case "${WHILLY_AGENT:-claude}" in
+    claude) pkg=@anthropic-ai/claude-code cmd=claude own="${CLAUDE_BIN:-}" input=claude-code-version version="${INPUT_CLAUDE_CODE_VERSION:-}" ;;
+    codex) pkg=@openai/codex cmd=codex own="${CODEX_BIN:-}" input=codex-version version="${INPUT_CODEX_VERSION:-}" ;;
+    *) return 0 ;;
+  esac
+  [ -z "$own" ] || return 0
+  [[ "$version" =~ ^[0-9]+[.][0-9]+[.][0-9]+([-+][0-9A-Za-z.-]+)?$ ]] ||
+    fail "input $input must be an exact version such as 1.2.3, got '$version'"
+  if command -v "$cmd" >/dev/null 2>&1 && "$cmd" --version 2>/dev/null | grep -qwF "$version"; then
+    echo "whilly: $cmd $version is installed"
+    return 0
+  fi
+  npm install --global --no-fund --no-audit "$pkg@$version" ||
+    fail "npm could not install $pkg@$version: check the $input input and that the runner reaches the npm registry"
+}
+
 build() {
   sandbox
   mkdir -p "$(dirname "$bin")"
-  (cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$bin" ./cmd/whilly-worker)
-  echo "whilly: built $bin with $(go version)"
-  if [ "${INPUT_INSTALL_AGENT:-true}" = "true" ]; then
-    case "${WHILLY_AGENT:-claude}" in
-      claude) command -v "${CLAUDE_BIN:-claude}" >/dev/null 2>&1 || npm install --global --no-fund --no-audit @anthropic-ai/claude-code ;;
-      codex) command -v "${CODEX_BIN:-codex}" >/dev/null 2>&1 || npm install --global --no-fund --no-audit @openai/codex ;;
-    esac
+  if [ -n "${RELEASE:-}" ]; then
+    download "$RELEASE"
+  else
+    (cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$bin" ./cmd/whilly-worker)
+    echo "whilly: built $bin with $(go version)"
   fi
+  install_agent
 }
 
 # number NAME VALUE: VALUE must be a non-negative number.
@@ -91,10 +183,10 @@ run() {
   [ -z "${WHILLY_BOOTSTRAP_TOKEN_FILE:-}" ] || trap 'rm -f "$WHILLY_BOOTSTRAP_TOKEN_FILE"' EXIT
   [ -n "${WHILLY_CONTROL_URL:-}" ] || fail "the control-url input is required"
   if [ -z "${WHILLY_WORKER_TOKEN:-}" ] && [ -z "${WHILLY_BOOTSTRAP_TOKEN_FILE:-}" ]; then
-    fail "give the token (with worker-id) or the bootstrap-token input"
+    fail "give the token or the bootstrap-token input"
   fi
-  if [ -n "${WHILLY_WORKER_TOKEN:-}" ] && [ -z "${WHILLY_WORKER_ID:-}" ]; then
-    fail "the token input needs the worker-id input"
+  if [ -n "${INPUT_WORKER_ID:-}" ]; then
+    echo "::warning title=whilly::the worker-id input is ignored (the worker learns its id from its token): remove it from the workflow"
   fi
   [ -x "$bin" ] || fail "whilly-worker is not built ($bin); run 'run.sh build' first"
   local max_tasks="${INPUT_MAX_TASKS:-0}" minutes="${INPUT_TIMEOUT_MINUTES:-0}"
@@ -110,8 +202,13 @@ run() {
   local out="$tmp/whilly-action-$$.out"
   local started=$SECONDS timed_out="$tmp/whilly-action-$$.timeout"
   rm -f "$timed_out"
-  # stdout (the final counts line) goes to a file; the worker's log (stderr) streams.
-  "$bin" "${args[@]}" >"$out" &
+  # stdout (the final counts line) goes to a file; the worker's log (stderr) streams,
+  # and a copy is kept for the error annotation.
+  local errlog="$tmp/whilly-action-$$.err" fifo="$tmp/whilly-action-$$.fifo"
+  rm -f "$fifo" && mkfifo "$fifo"
+  tee "$errlog" <"$fifo" >&2 &
+  local teepid=$!
+  "$bin" "${args[@]}" >"$out" 2>"$fifo" &
   local pid=$! watchdog=""
   # Job cancellation: pass the signal on so the worker releases its task, then wait.
   trap 'kill -TERM "$pid" 2>/dev/null || true' INT TERM
@@ -141,6 +238,8 @@ run() {
     kill -TERM "$watchdog" 2>/dev/null || true
     wait "$watchdog" 2>/dev/null || true
   fi
+  wait "$teepid" || true
+  rm -f "$fifo"
   cat "$out"
 
   local line done_n=0 failed_n=0 released_n=0 cost=0 kv
@@ -178,16 +277,27 @@ run() {
     } >>"$GITHUB_STEP_SUMMARY"
   fi
   if [ -z "$line" ] && [ "$code" -eq 0 ]; then
+    rm -f "$errlog"
     fail "whilly-worker printed no final counts"
   fi
+  if [ "$code" -ne 0 ]; then
+    # The worker's last word says why it stopped ("whilly-worker: …").
+    local why
+    why="$(grep -E '^whilly-worker: ' "$errlog" | tail -n 1 || true)"
+    why="${why#whilly-worker: }"
+    [ -n "$why" ] || why="whilly-worker exited with status $code: see the step's log"
+    echo "::error title=whilly::$(annotate "$why")"
+  fi
+  rm -f "$errlog"
   return "$code"
 }
 
 case "${1:-}" in
+  resolve) resolve ;;
   build) build ;;
   run) run ;;
   *)
-    echo "usage: run.sh build | run" >&2
+    echo "usage: run.sh resolve | build | run" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"time"
 
@@ -179,6 +180,11 @@ func (w *pullWorker) Work(ctx context.Context, _ *river.Job[queue.PullDeliveries
 		if errors.As(err, &rl) {
 			w.p.log.WarnContext(ctx, "pull webhook deliveries: rate limited", "retry_in", rl.Wait, "error", err)
 			return nil
+		}
+		var se *StatusError
+		if errors.As(err, &se) && se.Status == http.StatusUnauthorized {
+			w.p.log.WarnContext(ctx, "GitHub refuses the App's JWT, so no webhook delivery is pulled: check WHILLY_GITHUB_APP_ID and WHILLY_GITHUB_PRIVATE_KEY (whilly doctor checks them)",
+				"app_id", w.p.cfg.AppID, "error", err)
 		}
 		return fmt.Errorf("pull webhook deliveries: %w", err)
 	}

@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -107,5 +109,28 @@ func TestAPollThatFailsLeavesTheDeliveryToTheNext(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != "a" || got[1] != "b" {
 		t.Errorf("received %v, want [a b] in log order", got)
+	}
+}
+
+// A JWT GitHub refuses stops every poll: the poll job says so at WARN, with what to
+// check, instead of failing silently.
+func TestAPollWithARefusedJWTSaysWhatToCheck(t *testing.T) {
+	t.Parallel()
+	gh := testkit.NewGitHub(t)
+	f, err := NewFactory(Config{AppID: gh.AppID, PrivateKey: gh.KeyPEM, APIURL: gh.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh.Fail(testkit.Fault{Method: "GET", Path: `^/app/hook/deliveries$`, Status: 401})
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	p := NewDeliveryPuller(queue.NewStore(testkit.DB(t), nil, queue.Config{}), f, log, PullConfig{AppID: gh.AppID, Events: []string{"issues"},
+		Receive: func(context.Context, string, string, []byte) (string, error) { return "queued", nil }})
+	if err := p.Worker().Work(context.Background(), nil); err == nil {
+		t.Error("the poll job succeeded with a refused JWT")
+	}
+	const want = `level=WARN msg="GitHub refuses the App's JWT, so no webhook delivery is pulled: check WHILLY_GITHUB_APP_ID and WHILLY_GITHUB_PRIVATE_KEY (whilly doctor checks them)"`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log:\n%s\nwant %s", logs.String(), want)
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -126,7 +128,9 @@ func (a *app) runAppCreate(ctx context.Context, org string, openBrowser bool) er
 				c.Slug, c.AppID, res.Err, c.HTMLURL)
 		}
 		if res.Err != nil {
-			return failf("create the GitHub App: %w", res.Err)
+			// GitHub creates the App before it redirects with the code: the App exists.
+			return failf("GitHub created the App, but whilly could not fetch its credentials (%w): finish it on %s (generate a private key, set its webhook secret, and set WHILLY_GITHUB_APP_ID, WHILLY_GITHUB_PRIVATE_KEY_FILE and WHILLY_GITHUB_WEBHOOK_SECRET), or delete it there and run whilly app create again",
+				res.Err, appsSettingsURL(newApp))
 		}
 		c := res.Credentials
 		a.printf("Created the GitHub App %s (id %d).\n", c.Slug, c.AppID)
@@ -134,6 +138,17 @@ func (a *app) runAppCreate(ctx context.Context, org string, openBrowser bool) er
 		a.printf("Install it on your repositories: %s\n", c.InstallURL())
 		return nil
 	}
+}
+
+// appsSettingsURL is the page listing the Apps of the user or organization whose
+// new-App page is newApp (…/settings/apps/new?state=…).
+func appsSettingsURL(newApp string) string {
+	u, err := url.Parse(newApp)
+	if err != nil {
+		return "your GitHub settings (Developer settings, GitHub Apps)"
+	}
+	u.Path, u.RawQuery = strings.TrimSuffix(u.Path, "/new"), ""
+	return u.String()
 }
 
 // startBrowser opens url in the desktop's browser, without waiting for it.

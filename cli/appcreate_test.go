@@ -255,3 +255,39 @@ func TestServeRefusesACredentialsFileOthersCanRead(t *testing.T) {
 		t.Errorf("a world-readable credentials file: %v, want it refused", err)
 	}
 }
+
+// GitHub creates the App before whilly exchanges the code for its credentials: when the
+// exchange fails, the App exists on GitHub, and app create says so and where to finish
+// it or delete it.
+func TestAppCreateFailedExchangeSaysTheAppExists(t *testing.T) {
+	t.Parallel()
+	gh := testkit.NewGitHub(t)
+	gh.Fail(testkit.Fault{Method: "POST", Path: `/app-manifests/[^/]+/conversions`, Status: 500})
+	env := map[string]string{"WHILLY_DATA_DIR": t.TempDir(), "WHILLY_GITHUB_API_URL": gh.URL()}
+	page, out, done := startAppCreate(t, env)
+	resp, err := http.Get(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	form := regexp.MustCompile(`<form id="create" method="post" action="([^"]+)">\s*<input type="hidden" name="manifest" value="([^"]+)">`).FindSubmatch(body)
+	if form == nil {
+		t.Fatalf("the page has no manifest form:\n%s", body)
+	}
+	resp, err = http.PostForm(html.UnescapeString(string(form[1])), url.Values{"manifest": {html.UnescapeString(string(form[2]))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case err := <-done:
+		want := "GitHub created the App, but whilly could not fetch its credentials (create the App from its manifest: "
+		advice := "finish it on " + gh.Server.URL + "/settings/apps (generate a private key, set its webhook secret, and set WHILLY_GITHUB_APP_ID, WHILLY_GITHUB_PRIVATE_KEY_FILE and WHILLY_GITHUB_WEBHOOK_SECRET), or delete it there and run whilly app create again"
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), advice) {
+			t.Errorf("app create: %v\nwant %q … %q\n%s", err, want, advice, out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("app create did not return after the callback")
+	}
+}

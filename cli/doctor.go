@@ -332,6 +332,10 @@ func (a *app) doctorAppJWT(ctx context.Context, rep *doctorReport, env githubEnv
 // doctorPublicURL asks the control plane for its /healthz through the public URL, as
 // GitHub and workers reach it.
 func (a *app) doctorPublicURL(ctx context.Context, rep *doctorReport, public string) {
+	if err := a.cfg.Err(config.PublicURL); err != nil {
+		rep.add("public url", checkFail, "%v", err)
+		return
+	}
 	target := strings.TrimRight(public, "/") + "/healthz"
 	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()

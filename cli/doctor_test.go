@@ -159,3 +159,26 @@ func TestDoctorOnABrokenSetup(t *testing.T) {
 		t.Errorf("no summary on stderr:\n%s", text)
 	}
 }
+
+// A public URL without its scheme: the public url check says what to write, as the
+// configuration check does, never a URL parser's error.
+func TestDoctorPublicURLWithoutScheme(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"WHILLY_DATABASE_URL": testkit.DSN(t), "WHILLY_DATA_DIR": t.TempDir(), "HOME": t.TempDir(),
+		"WHILLY_AGENT": "sim", "WHILLY_PUBLIC_URL": "127.0.0.1:8080",
+	}
+	rep, text, _ := runDoctor(t, env)
+	if got := statuses(rep)["public url"]; got != checkFail {
+		t.Errorf("public url: %s, want %s", got, checkFail)
+	}
+	const want = `WHILLY_PUBLIC_URL: "127.0.0.1:8080" has no scheme: write https://127.0.0.1:8080 (or http://127.0.0.1:8080)`
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, "public url") && !strings.Contains(line, want) {
+			t.Errorf("the public url check says %q, want %q", line, want)
+		}
+	}
+	if strings.Contains(text, "first path segment") {
+		t.Errorf("doctor shows a URL parser's error:\n%s", text)
+	}
+}

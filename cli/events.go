@@ -123,6 +123,19 @@ func (a *app) tailLocal(ctx context.Context, o eventsTailOptions) error {
 		return err
 	}
 	defer closeDB()
+	if o.planID != "" {
+		// A plan that never existed would have the tail wait forever for its events; a
+		// deleted plan's events stay in the audit log and are still printed.
+		if _, err := st.PlanStatus(ctx, o.planID); errors.Is(err, queue.ErrNotFound) {
+			if latest, err := st.LatestEventID(ctx, o.planID); err != nil {
+				return err
+			} else if latest == 0 {
+				return noSuchPlan(o.planID)
+			}
+		} else if err != nil {
+			return err
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ln := queue.NewListener(st.Pool(), a.log)
@@ -150,6 +163,12 @@ func (a *app) tailLocal(ctx context.Context, o eventsTailOptions) error {
 			}
 		}
 	}
+}
+
+// noSuchPlan is the answer to --plan naming a plan that does not exist (or that the
+// token may not read).
+func noSuchPlan(id string) error {
+	return failf("no plan %s: 'whilly plan list' lists the plans", id)
 }
 
 // recentStart returns the id after which the --recent latest events (of the plan) lie.
@@ -209,6 +228,17 @@ func (a *app) tailRemote(ctx context.Context, o eventsTailOptions) error {
 	api, err := a.connectAPI(o.connect, o.tokenFile, o.insecure, "whilly-events", "events tail --connect needs an API token in --token-file or WHILLY_API_TOKEN (mint a read token with 'whilly admin token mint --owner EMAIL')")
 	if err != nil {
 		return err
+	}
+	if o.planID != "" {
+		// As tailLocal: a plan that never existed, none of whose events are left.
+		if _, err := api.GetPlan(ctx, o.planID); client.IsNotFound(err) {
+			page, err := api.ListEvents(ctx, client.EventQuery{PlanID: o.planID, Limit: 1})
+			if err == nil && len(page.Events) == 0 {
+				return noSuchPlan(o.planID)
+			}
+		} else if err != nil && !client.IsUnauthorized(err) && !client.IsForbidden(err) {
+			return envf("read plan %s from %s: %v", o.planID, o.connect, err)
+		}
 	}
 	last := o.since
 	if last < 0 {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -267,8 +268,16 @@ func TestEventsTailPrintsALateCommitOnce(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			st, dsn := newEventsStore(t)
+			// The plan's events of this test come after those of its creation.
+			if _, err := st.CreatePlan(ctx, "late", "late", nil); err != nil {
+				t.Fatal(err)
+			}
+			since, err := st.LatestEventID(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
 			var out, errOut syncBuffer
-			args := []string{"--plan", "late", "--since", "0", "--json"}
+			args := []string{"--plan", "late", "--since", strconv.FormatInt(since, 10), "--json"}
 			env := map[string]string{"WHILLY_DATABASE_URL": dsn}
 			var ln *queue.Listener
 			if remote {
@@ -336,6 +345,38 @@ func TestEventsTailPrintsALateCommitOnce(t *testing.T) {
 			}
 			if want := []int64{open, later, last}; !slices.Equal(ids, want) {
 				t.Errorf("printed ids %v, want %v once each, in order", ids, want)
+			}
+		})
+	}
+}
+
+// A plan that does not exist ends the tail at once with exit 1 and one sentence, on the
+// local database and on a control plane alike, instead of waiting forever for its events.
+func TestEventsTailUnknownPlan(t *testing.T) {
+	t.Parallel()
+	st, dsn := newEventsStore(t)
+	_, url, token := serveAPI(t, st)
+	for name, args := range map[string][]string{
+		"local":  {"tail", "--plan", "nosuch"},
+		"remote": {"tail", "--plan", "nosuch", "--connect", url},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut syncBuffer
+			a := testApp(t, &out, &errOut, map[string]string{"WHILLY_DATABASE_URL": dsn, "WHILLY_API_TOKEN": token})
+			cmd := a.eventsCommand()
+			cmd.SetArgs(args)
+			cmd.SetOut(&out)
+			cmd.SetErr(&errOut)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			code := report(&errOut, cmd.ExecuteContext(ctx))
+			if ctx.Err() != nil {
+				t.Fatal("events tail --plan nosuch was still waiting after 30 s")
+			}
+			const want = "no plan nosuch: 'whilly plan list' lists the plans"
+			if code != ExitFailed || !strings.Contains(errOut.String(), want) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, errOut.String(), ExitFailed, want)
 			}
 		})
 	}

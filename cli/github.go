@@ -237,6 +237,9 @@ func (a *app) githubExtension(ctx context.Context, st *queue.Store, jobs *river.
 		return nil, err
 	}
 	if !hasApp {
+		if env.pull {
+			a.log.WarnContext(ctx, "WHILLY_GITHUB_DELIVERIES=pull, but there is no GitHub App to pull deliveries with: run whilly app create, or set WHILLY_GITHUB_APP_ID and WHILLY_GITHUB_PRIVATE_KEY")
+		}
 		return &extension{routes: map[string]http.Handler{"/webhook": webhook.NotConfigured(a.missingAppVariables(env))}}, nil
 	}
 	if len(env.secret) == 0 {

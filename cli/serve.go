@@ -302,8 +302,13 @@ func (a *app) serve(ctx context.Context, cp *controlPlane, ln net.Listener) erro
 		_ = ln.Close() // nothing was served on it
 		return err
 	}
-	a.printf("whilly control plane listening on http://%s\n", ln.Addr())
-	a.log.InfoContext(ctx, "listening", "addr", ln.Addr().String())
+	url := "http://" + ln.Addr().String()
+	// With JSON logs every line is JSON, wherever the output is collected: the log line
+	// alone says it.
+	if a.cfg.String(config.LogFormat) != "json" {
+		a.printf("whilly control plane listening on %s\n", url)
+	}
+	a.log.InfoContext(ctx, "listening", "addr", ln.Addr().String(), "url", url)
 	select {
 	case <-ctx.Done():
 	case err := <-cp.done:

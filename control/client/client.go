@@ -50,6 +50,9 @@ type Client struct {
 // prefix). Plain http:// is refused unless the host is loopback (localhost, 127.0.0.0/8,
 // ::1) or opts.Insecure is set: tokens must not cross a network in clear text.
 func New(baseURL, token string, opts Options) (*Client, error) {
+	if err := noScheme(strings.TrimSpace(baseURL)); err != nil {
+		return nil, err
+	}
 	u, err := url.Parse(strings.TrimSpace(baseURL))
 	if err != nil {
 		return nil, fmt.Errorf("parse control-plane URL: %w", err)
@@ -105,6 +108,24 @@ func (c *Client) Token() string { return c.token }
 
 // BaseURL returns the control plane's URL.
 func (c *Client) BaseURL() string { return c.base.String() }
+
+// noScheme answers a URL written without its scheme (localhost:8080), which url.Parse
+// misreads or refuses, with the URL to write: http:// for a loopback host, https://
+// otherwise (plain http:// to another host is refused).
+func noScheme(s string) error {
+	if strings.Contains(s, "://") {
+		return nil
+	}
+	u, err := url.Parse("http://" + s)
+	switch {
+	case err != nil || u.User != nil || u.Host == "":
+		return errors.New("control-plane URL must start with https:// or http://")
+	case isLoopback(u.Hostname()):
+		return fmt.Errorf("control-plane URL %q has no scheme: write http://%s (or https://%s)", s, s, s)
+	default:
+		return fmt.Errorf("control-plane URL %q has no scheme: write https://%s", s, s)
+	}
+}
 
 func isLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {

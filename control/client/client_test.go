@@ -238,3 +238,18 @@ func TestImportGraph(t *testing.T) {
 		}
 	}
 }
+
+// A control-plane URL written without its scheme gets the URL to write, never a parser's
+// error.
+func TestNewURLWithoutScheme(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"127.0.0.1:8080":     `control-plane URL "127.0.0.1:8080" has no scheme: write http://127.0.0.1:8080 (or https://127.0.0.1:8080)`,
+		"localhost:8080":     `control-plane URL "localhost:8080" has no scheme: write http://localhost:8080 (or https://localhost:8080)`,
+		"whilly.example.com": `control-plane URL "whilly.example.com" has no scheme: write https://whilly.example.com`,
+	} {
+		if _, err := New(in, "t", Options{}); err == nil || err.Error() != want {
+			t.Errorf("New(%q) = %v, want %q", in, err, want)
+		}
+	}
+}

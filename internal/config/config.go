@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -437,6 +438,9 @@ func (v Var) check(s string) error {
 		if len(schemes) == 0 {
 			schemes = []string{"http", "https"}
 		}
+		if err := noScheme(s, schemes); err != nil {
+			return err
+		}
 		u, err := url.Parse(s)
 		if err != nil || u.Host == "" && u.Path == "" || !slices.Contains(schemes, u.Scheme) {
 			return fmt.Errorf("%s is not a %s URL", redactURL(s), strings.Join(schemes, " or "))
@@ -479,6 +483,31 @@ func (v Var) bounds(f float64, what, s string) error {
 }
 
 func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// bareHost is a host, an optional port and path: what a URL without its scheme usually is,
+// and safe to echo (no user, password or key=value settings).
+var bareHost = regexp.MustCompile(`^[A-Za-z0-9.\[\]:-]+(?:/[^\s@=]*)?$`)
+
+// noScheme answers a URL written without its scheme (localhost:8080, example.com/x),
+// which url.Parse misreads or refuses, with the URL to write instead; nil when s has a
+// scheme. A value that may hold a password is not echoed.
+func noScheme(s string, schemes []string) error {
+	if strings.Contains(s, "://") {
+		return nil
+	}
+	first := schemes[0]
+	if slices.Contains(schemes, "https") {
+		first = "https"
+	}
+	switch {
+	case !bareHost.MatchString(s):
+		return fmt.Errorf("the value has no scheme: start it with %s://", first)
+	case first == "https":
+		return fmt.Errorf("%q has no scheme: write https://%s (or http://%s)", s, s, s)
+	default:
+		return fmt.Errorf("%q has no scheme: write %s://%s", s, first, s)
+	}
+}
 
 // redactURL drops a URL's password so an error never prints it.
 func redactURL(s string) string {

@@ -222,3 +222,20 @@ func TestPrivateKeyChecked(t *testing.T) {
 		t.Errorf("the key's value is in the message: %v", err)
 	}
 }
+
+// A URL written without its scheme (host:port, host/path) is answered with the URL to
+// write instead of a parser's error, and a password in it is never echoed.
+func TestURLWithoutScheme(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, value, want string }{
+		{"WHILLY_PUBLIC_URL", "127.0.0.1:8080", `WHILLY_PUBLIC_URL: "127.0.0.1:8080" has no scheme: write https://127.0.0.1:8080 (or http://127.0.0.1:8080)`},
+		{"WHILLY_PUBLIC_URL", "whilly.example.com", `WHILLY_PUBLIC_URL: "whilly.example.com" has no scheme: write https://whilly.example.com (or http://whilly.example.com)`},
+		{"WHILLY_CONTROL_URL", "localhost:8080", `WHILLY_CONTROL_URL: "localhost:8080" has no scheme: write https://localhost:8080 (or http://localhost:8080)`},
+		{"WHILLY_DATABASE_URL", "u:hunter2@db:5432/x", `WHILLY_DATABASE_URL: the value has no scheme: start it with postgres://`},
+	} {
+		err := envOf(map[string]string{c.name: c.value}).Err(Name(c.name))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s=%s: %v, want %q", c.name, c.value, err, c.want)
+		}
+	}
+}

@@ -89,9 +89,16 @@ func resolve(ldVersion, ldCommit, ldDate string, bi *debug.BuildInfo) Info {
 //	commit  1a2b3c4d5e6f
 //	built   2026-12-01T12:00:00Z
 //	go      go1.26.8 linux/amd64
+//
+// A build without the linker's values or Go's VCS stamp (go build -buildvcs=false, as
+// GOFLAGS may say, or a build outside a git clone) says on its commit line how to get one.
 func (in Info) Text(program string) string {
+	commit := shortCommit(in.Commit)
+	if in.Commit == "unknown" {
+		commit += " (this build has no VCS stamp: build with 'make build', or with 'go build -buildvcs=true' in a git clone)"
+	}
 	return fmt.Sprintf("%s %s\ncommit  %s\nbuilt   %s\ngo      %s %s\n",
-		program, in.Version, shortCommit(in.Commit), in.Date, in.GoVersion, in.Platform)
+		program, in.Version, commit, in.Date, in.GoVersion, in.Platform)
 }
 
 // shortCommit keeps the first 12 characters of a full hash (and a -dirty suffix).

@@ -97,3 +97,19 @@ func TestReleaseStamp(t *testing.T) {
 		}
 	}
 }
+
+// A build that carries neither the linker's values nor Go's VCS stamp (go build with
+// -buildvcs=false, GOFLAGS set so, or outside a git clone) says how to get the commit
+// instead of a bare "unknown".
+func TestTextOfAnUnstampedBuild(t *testing.T) {
+	t.Parallel()
+	in := resolve("", "", "", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}})
+	lines := strings.Split(in.Text("whilly"), "\n")
+	const want = "commit  unknown (this build has no VCS stamp: build with 'make build', or with 'go build -buildvcs=true' in a git clone)"
+	if len(lines) != 5 || lines[1] != want {
+		t.Errorf("Text =\n%s\nwant its commit line %q", in.Text("whilly"), want)
+	}
+	if in.Commit != "unknown" {
+		t.Errorf("Commit = %q, want unknown (what --json says)", in.Commit)
+	}
+}
