@@ -199,7 +199,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 		if claim == nil {
 			asked := time.Now()
 			var err error
-			claim, err = w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds(), IdempotencyKey: key})
+			claim, err = w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds(), IdempotencyKey: key, Drain: w.cfg.Drain})
 			if err == nil || !client.IsRetryable(err) {
 				key = client.NewKey()
 			}
