@@ -88,7 +88,7 @@ type HeldTask struct {
 	plan.HeldTask
 }
 
-// mayClaimLaterSQL holds when a task of plan $1 (any plan when '') that a worker with
+// mayClaimLaterSQL holds when a task of plan $1 (any plan when empty) that a worker with
 // labels $2 and scopes $3 may take could still be handed to it: PENDING and neither held
 // by the budget nor rejected by the gate of a strict plan, or running (it comes back if
 // it fails), in an ACTIVE plan. A PENDING task downstream of a failure still counts: the
