@@ -124,6 +124,9 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 	if pi.Total == 0 {
 		return failf("plan %s has no tasks yet: add some with 'whilly plan import FILE'", pi.ID)
 	}
+	if pi.Status == plan.PlanPaused {
+		return pausedErr(pi)
+	}
 	if pi.Status != plan.PlanActive {
 		return failf("plan %s is %s, so nothing can run; 'whilly plan reset %s' starts it over", pi.ID, pi.Status, pi.ID)
 	}
@@ -264,18 +267,25 @@ func (a *app) runSummary(ctx context.Context, st *queue.Store, planID string, st
 		a.printf("plan %s is DONE: %d tasks, %d attempts, $%s of %s, in %s\n", pi.ID, pi.Total, attempts, pi.Spent, budgetText(pi.Budget), took.Round(time.Millisecond))
 		return nil
 	case plan.PlanPaused:
-		switch pi.PauseReason {
-		case queue.PauseApproval:
-			return failf("plan %s awaits approval; review it ('whilly plan show %s') and approve it with 'whilly plan approve %s --digest D'", pi.ID, pi.ID, pi.ID)
-		case queue.PauseOperator:
-			return failf("plan %s was paused; resume it with 'whilly plan resume %s'", pi.ID, pi.ID)
-		}
-		return failf("plan %s is PAUSED (%s) after spending $%s of %s; raise it with 'whilly plan budget %s USD'", pi.ID, pi.PauseReason, pi.Spent, budgetText(pi.Budget), pi.ID)
+		return pausedErr(pi)
 	case plan.PlanActive:
 		return a.explainStuck(ctx, st, pi)
 	default:
 		return failf("plan %s ended %s; see 'whilly plan show %s' and reset it with 'whilly plan reset %s'", pi.ID, pi.Status, pi.ID, pi.ID)
 	}
+}
+
+// pausedErr says what lets a PAUSED plan run again, by the reason it is paused: approve
+// it, resume it, or raise its budget. (A reset would run and pay for its finished tasks
+// again.)
+func pausedErr(pi queue.PlanInfo) error {
+	switch pi.PauseReason {
+	case queue.PauseApproval:
+		return failf("plan %s awaits approval; review it ('whilly plan show %s') and approve it with 'whilly plan approve %s --digest D'", pi.ID, pi.ID, pi.ID)
+	case queue.PauseOperator:
+		return failf("plan %s was paused; resume it with 'whilly plan resume %s'", pi.ID, pi.ID)
+	}
+	return failf("plan %s is PAUSED (%s) after spending $%s of %s; raise it with 'whilly plan budget %s USD'", pi.ID, pi.PauseReason, pi.Spent, budgetText(pi.Budget), pi.ID)
 }
 
 // explainStuck says, task by task, why a plan that is still ACTIVE has nothing left to

@@ -121,3 +121,33 @@ func TestRunChecksTheAgentBeforeClaiming(t *testing.T) {
 		t.Fatalf("show: exit %d; want no task attempted:\n%s", code, out)
 	}
 }
+
+// TestRunOnAPausedPlanSaysHowToResumeIt: whilly run on a PAUSED plan gives the advice of
+// the pause's own reason — raise the budget, resume it — never 'whilly plan reset', which
+// would run and pay for the finished tasks again.
+func TestRunOnAPausedPlanSaysHowToResumeIt(t *testing.T) {
+	t.Parallel()
+	dsn := testkit.DSN(t)
+	if code, _, stderr := run(t, dsn, "", "plan", "import", writeFile(t, "plan.json", validPlan)); code != 0 {
+		t.Fatalf("import: exit %d: %s", code, stderr)
+	}
+	sim := []string{"run", "--plan", "cli", "--agent", "sim", "--sim-delay", "1ms", "--workers", "1"}
+	if code, _, _ := run(t, dsn, "", "plan", "pause", "cli"); code != 0 {
+		t.Fatalf("plan pause: exit %d", code)
+	}
+	code, _, stderr := run(t, dsn, "", sim...)
+	if code != 1 || !strings.Contains(stderr, "whilly plan resume cli") || strings.Contains(stderr, "reset") {
+		t.Fatalf("run on a plan paused by an operator: exit %d, %q; want 1 and 'whilly plan resume cli'", code, stderr)
+	}
+	if code, _, _ := run(t, dsn, "", "plan", "resume", "cli"); code != 0 {
+		t.Fatalf("plan resume: exit %d", code)
+	}
+	// The first attempt costs the whole budget ($1.50): the plan pauses on it.
+	if code, _, stderr := run(t, dsn, "", append(sim, "--sim-cost", "1.5")...); code != 1 || !strings.Contains(stderr, "whilly plan budget cli") {
+		t.Fatalf("run that reaches the budget: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = run(t, dsn, "", sim...)
+	if code != 1 || !strings.Contains(stderr, "whilly plan budget cli") || strings.Contains(stderr, "reset") {
+		t.Fatalf("run on a plan paused on its budget: exit %d, %q; want 1 and 'whilly plan budget cli USD'", code, stderr)
+	}
+}
