@@ -17,6 +17,7 @@ import (
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/sandbox"
 	"github.com/whilly-go/whilly/worker"
 )
 
@@ -130,6 +131,13 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 	if pi.Status != plan.PlanActive {
 		return failf("plan %s is %s, so nothing can run; 'whilly plan reset %s' starts it over", pi.ID, pi.Status, pi.ID)
 	}
+	// Before claiming: the agent works in the current directory (a plan with a repository
+	// gets a checkout of its own), and one that would expose HOME to it fails every attempt.
+	if pi.Repo == "" {
+		if err := worker.CheckWorkDir(acfg.Sandbox, o.agent, "", a.io.Getenv("HOME")); err != nil {
+			return workDirErr(err)
+		}
+	}
 	tasks, err := st.Tasks(ctx, o.planID)
 	if err != nil {
 		return err
@@ -195,6 +203,7 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		wk, err := worker.New(api, ag, a.log, worker.Config{
 			WorkerID: w.ID, PlanID: o.planID, Model: o.model, Drain: true, ClaimWait: 5 * time.Second,
 			AgentTimeout: timeout, LogDir: logDir, OnResult: onResult, Sandbox: acfg.Sandbox, Gate: gate, Cache: cache,
+			Home: a.io.Getenv("HOME"),
 		})
 		if err != nil {
 			return err
@@ -216,11 +225,19 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		if errors.Is(err, agent.ErrNotReady) {
 			return envf("%v", err)
 		}
+		if errors.Is(err, sandbox.ErrExposesHome) {
+			return workDirErr(err)
+		}
 		if err != nil && !errors.Is(err, worker.ErrStopped) {
 			return fmt.Errorf("a worker stopped: %w", err)
 		}
 	}
 	return a.runSummary(ctx, st, o.planID, stats, time.Since(started))
+}
+
+// workDirErr is CheckWorkDir's refusal with what to do about it: exit 2.
+func workDirErr(err error) error {
+	return envf("%v; run whilly from a project directory (the agent works in the current one)", err)
 }
 
 // planLabels is every label a task of the plan needs, so local workers can take any task.

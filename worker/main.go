@@ -169,6 +169,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		}
 		*workerID = me.ID
 	}
+	// Before claiming: a plan without a repository runs in the work directory, and one
+	// that would expose HOME to the agent would fail every attempt of it.
+	if err := CheckWorkDir(sb, *agentName, *workDir, getenv("HOME")); err != nil && *planID != "" {
+		if p, perr := api.GetPlan(ctx, *planID); perr == nil && p.Repo == "" {
+			return fail(2, "%s", workDirAdvice(err))
+		}
+	}
 	gate, err := GateFromConfig(c)
 	if err != nil {
 		return fail(2, "%v", err)
@@ -179,7 +186,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	}
 	w, err := New(api, ag, log, Config{
 		WorkerID: *workerID, PlanID: *planID, Model: *model, Once: *once, Drain: *drain,
-		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir, WorkspaceDir: *wsDir,
+		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir, Home: getenv("HOME"), WorkspaceDir: *wsDir,
 		Sandbox: cfg.Sandbox, Gate: gate, Cache: cache,
 	})
 	if err != nil {
@@ -202,11 +209,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return 0
 	case err == nil, errors.Is(err, ErrStopped):
 		return 0
+	case errors.Is(err, sandbox.ErrExposesHome):
+		return fail(2, "%s", workDirAdvice(err))
 	case fatal(err), errors.Is(err, agent.ErrNotReady):
 		return fail(2, "%v", err)
 	default:
 		return fail(1, "%v", err)
 	}
+}
+
+// workDirAdvice is CheckWorkDir's refusal with what to do about it.
+func workDirAdvice(err error) string {
+	return fmt.Sprintf("%v; start whilly-worker in a project directory, or pass --workdir DIR", err)
 }
 
 // bootstrapToken reads the bootstrap token (WHILLY_BOOTSTRAP_TOKEN, or the file named by

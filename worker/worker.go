@@ -49,8 +49,10 @@ type Config struct {
 	// LogDir receives one log file per attempt; "" keeps no log files.
 	LogDir string
 	// WorkDir is where the agent runs when the claim has no workspace; "" is the current
-	// directory.
+	// directory. Home is the HOME of the agent's environment ("" is $HOME): a boxed agent
+	// may not work in a directory that holds it (CheckWorkDir).
 	WorkDir string
+	Home    string
 	// WorkspaceDir holds the per-plan checkouts of claims that carry a workspace
 	// (WHILLY_WORKSPACE_DIR); "" is DefaultWorkspaceDir. Git is the git executable, ""
 	// finds it on PATH.
@@ -101,6 +103,23 @@ type Outcome struct {
 // ReasonAgentMissing is the RELEASE reason of a task whose agent's executable vanished.
 const ReasonAgentMissing = "agent_not_found"
 
+// ReasonWorkDirExposesHome is the RELEASE reason of a task without a workspace taken by a
+// worker whose agent may not work in its work directory (CheckWorkDir).
+const ReasonWorkDirExposesHome = "workdir_exposes_home"
+
+// CheckWorkDir says why agentName may not work in dir ("" the current directory) when a
+// claim carries no workspace: the box would show it all of home, or of / (an error
+// wrapping sandbox.ErrExposesHome). Checked before the first claim, it keeps a worker
+// started in HOME from failing every attempt of a plan without a repository. The sim
+// agent runs no process there, and a box that does not box refuses nothing: nil.
+func CheckWorkDir(sb *sandbox.Sandbox, agentName, dir, home string) error {
+	if agentName == agent.NameSim {
+		return nil
+	}
+	_, err := sb.WorkDir(dir, home)
+	return err
+}
+
 // Summary counts what a worker did before it stopped.
 type Summary struct {
 	Done int `json:"tasks_done"`
@@ -133,6 +152,9 @@ type Worker struct {
 	// in use: it is tried again when the worker is idle.
 	caches       *Caches
 	evictPending bool
+	// workDirErr says why the agent may not work in WorkDir (CheckWorkDir): a claim
+	// without a workspace is then handed back and the worker stops.
+	workDirErr error
 }
 
 // New returns a worker. The client must carry the worker's token.
@@ -156,7 +178,11 @@ func New(api *client.Client, ag agent.Agent, log *slog.Logger, cfg Config) (*Wor
 	log = log.With("worker_id", cfg.WorkerID)
 	ws := NewWorkspaces(cfg.WorkspaceDir, cfg.Git, log)
 	ws.gate = cfg.Gate
-	w := &Worker{api: api, agent: ag, log: log, cfg: cfg, ws: ws, plansOnDisk: map[string]bool{}}
+	if cfg.Home == "" {
+		cfg.Home = os.Getenv("HOME")
+	}
+	w := &Worker{api: api, agent: ag, log: log, cfg: cfg, ws: ws, plansOnDisk: map[string]bool{},
+		workDirErr: CheckWorkDir(cfg.Sandbox, ag.Name(), cfg.WorkDir, cfg.Home)}
 	if cfg.Cache.Dir != "" && ag.Name() != agent.NameSim {
 		w.caches = NewCaches(cfg.Cache.Dir, cfg.Cache.MaxBytes, log)
 	}
@@ -365,6 +391,14 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	defer func() { out.Duration = time.Since(started) }()
 	lease := client.LeaseRequest{LeaseID: c.Lease.ID}
 	lc := newLeaseClock(c.Lease, started)
+	if c.Workspace == nil && w.workDirErr != nil {
+		// This machine's problem, not the task's: hand it back uncounted and stop (Run
+		// returns the error).
+		log.ErrorContext(ctx, "the agent may not work in this directory; task released, worker stopping", "error", w.workDirErr)
+		out = w.release(log, c, out, ReasonWorkDirExposesHome)
+		out.Err = w.workDirErr
+		return out, nil
+	}
 
 	// A task handed over with the last completion may have been started with it.
 	if t.Status != plan.StatusInProgress {
