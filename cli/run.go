@@ -228,6 +228,9 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		if errors.Is(err, sandbox.ErrExposesHome) {
 			return workDirErr(err)
 		}
+		if errors.Is(err, worker.ErrFleetPaused) {
+			return failf("%v; run the plan again then", err)
+		}
 		if err != nil && !errors.Is(err, worker.ErrStopped) {
 			return fmt.Errorf("a worker stopped: %w", err)
 		}
