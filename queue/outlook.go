@@ -93,7 +93,10 @@ type HeldTask struct {
 // by the budget nor rejected by the gate of a strict plan, or running (it comes back if
 // it fails), in an ACTIVE plan. A PENDING task downstream of a failure still counts: the
 // outlook (OutlookOf) tells those apart, at a cost a long-poll's every wake-up must not pay.
-var mayClaimLaterSQL = `SELECT EXISTS (SELECT 1 FROM tasks t JOIN plans p ON p.id = t.plan_id
+// Plan $1 without any task yet counts too: its tasks are on their way (workers started
+// before the import wait for them, as for a plan that does not exist yet).
+var mayClaimLaterSQL = `SELECT ($1 <> '' AND NOT EXISTS (SELECT 1 FROM tasks WHERE plan_id = $1))
+	OR EXISTS (SELECT 1 FROM tasks t JOIN plans p ON p.id = t.plan_id
 	WHERE ($1 = '' OR t.plan_id = $1) AND p.status = 'ACTIVE' AND ` + scopeMatchSQL("$3") + `
 	  AND t.status IN ('PENDING', 'CLAIMED', 'IN_PROGRESS')
 	  AND (t.labels = '{}' OR t.labels <@ $2::text[])
