@@ -424,8 +424,10 @@ func (a *app) planBudget() *cobra.Command {
   whilly plan budget demo 2.50 --json
   whilly plan budget demo unlimited`,
 		Short: "Set a plan's budget cap (resumes a plan paused on budget)",
-		Long: `Set a plan's budget cap in USD ("unlimited" removes the cap). Writes plan.budget_raised;
-a plan paused because it reached its budget resumes when the new cap is above what it spent.`,
+		Long: `Set a plan's budget cap in USD ("unlimited" removes the cap). Writes plan.budget_raised
+(plan.budget_lowered for a lower cap); a plan paused because it reached its budget resumes
+when the new cap is above what it spent, and a running plan that has already spent the new
+cap pauses on its budget (plan.budget_exceeded), as when its spending reaches the cap.`,
 		Args: exactArgs(2, "a plan id and an amount of USD"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var b *plan.USD

@@ -17,6 +17,7 @@ import (
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/sandbox"
 	"github.com/whilly-go/whilly/worker"
 )
 
@@ -124,8 +125,18 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 	if pi.Total == 0 {
 		return failf("plan %s has no tasks yet: add some with 'whilly plan import FILE'", pi.ID)
 	}
+	if pi.Status == plan.PlanPaused {
+		return pausedErr(pi)
+	}
 	if pi.Status != plan.PlanActive {
 		return failf("plan %s is %s, so nothing can run; 'whilly plan reset %s' starts it over", pi.ID, pi.Status, pi.ID)
+	}
+	// Before claiming: the agent works in the current directory (a plan with a repository
+	// gets a checkout of its own), and one that would expose HOME to it fails every attempt.
+	if pi.Repo == "" {
+		if err := worker.CheckWorkDir(acfg.Sandbox, o.agent, "", a.io.Getenv("HOME")); err != nil {
+			return workDirErr(err)
+		}
 	}
 	tasks, err := st.Tasks(ctx, o.planID)
 	if err != nil {
@@ -192,6 +203,7 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		wk, err := worker.New(api, ag, a.log, worker.Config{
 			WorkerID: w.ID, PlanID: o.planID, Model: o.model, Drain: true, ClaimWait: 5 * time.Second,
 			AgentTimeout: timeout, LogDir: logDir, OnResult: onResult, Sandbox: acfg.Sandbox, Gate: gate, Cache: cache,
+			Home: a.io.Getenv("HOME"),
 		})
 		if err != nil {
 			return err
@@ -213,11 +225,22 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		if errors.Is(err, agent.ErrNotReady) {
 			return envf("%v", err)
 		}
+		if errors.Is(err, sandbox.ErrExposesHome) {
+			return workDirErr(err)
+		}
+		if errors.Is(err, worker.ErrFleetPaused) {
+			return failf("%v; run the plan again then", err)
+		}
 		if err != nil && !errors.Is(err, worker.ErrStopped) {
 			return fmt.Errorf("a worker stopped: %w", err)
 		}
 	}
 	return a.runSummary(ctx, st, o.planID, stats, time.Since(started))
+}
+
+// workDirErr is CheckWorkDir's refusal with what to do about it: exit 2.
+func workDirErr(err error) error {
+	return envf("%v; run whilly from a project directory (the agent works in the current one)", err)
 }
 
 // planLabels is every label a task of the plan needs, so local workers can take any task.
@@ -264,18 +287,25 @@ func (a *app) runSummary(ctx context.Context, st *queue.Store, planID string, st
 		a.printf("plan %s is DONE: %d tasks, %d attempts, $%s of %s, in %s\n", pi.ID, pi.Total, attempts, pi.Spent, budgetText(pi.Budget), took.Round(time.Millisecond))
 		return nil
 	case plan.PlanPaused:
-		switch pi.PauseReason {
-		case queue.PauseApproval:
-			return failf("plan %s awaits approval; review it ('whilly plan show %s') and approve it with 'whilly plan approve %s --digest D'", pi.ID, pi.ID, pi.ID)
-		case queue.PauseOperator:
-			return failf("plan %s was paused; resume it with 'whilly plan resume %s'", pi.ID, pi.ID)
-		}
-		return failf("plan %s is PAUSED (%s) after spending $%s of %s; raise it with 'whilly plan budget %s USD'", pi.ID, pi.PauseReason, pi.Spent, budgetText(pi.Budget), pi.ID)
+		return pausedErr(pi)
 	case plan.PlanActive:
 		return a.explainStuck(ctx, st, pi)
 	default:
 		return failf("plan %s ended %s; see 'whilly plan show %s' and reset it with 'whilly plan reset %s'", pi.ID, pi.Status, pi.ID, pi.ID)
 	}
+}
+
+// pausedErr says what lets a PAUSED plan run again, by the reason it is paused: approve
+// it, resume it, or raise its budget. (A reset would run and pay for its finished tasks
+// again.)
+func pausedErr(pi queue.PlanInfo) error {
+	switch pi.PauseReason {
+	case queue.PauseApproval:
+		return failf("plan %s awaits approval; review it ('whilly plan show %s') and approve it with 'whilly plan approve %s --digest D'", pi.ID, pi.ID, pi.ID)
+	case queue.PauseOperator:
+		return failf("plan %s was paused; resume it with 'whilly plan resume %s'", pi.ID, pi.ID)
+	}
+	return failf("plan %s is PAUSED (%s) after spending $%s of %s; raise it with 'whilly plan budget %s USD'", pi.ID, pi.PauseReason, pi.Spent, budgetText(pi.Budget), pi.ID)
 }
 
 // explainStuck says, task by task, why a plan that is still ACTIVE has nothing left to

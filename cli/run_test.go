@@ -1,10 +1,13 @@
 package cli_test
 
 import (
+	"context"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/sandbox"
 )
 
 // gatedPlan's last task is one the decision gate rejects.
@@ -115,6 +118,66 @@ func TestRunChecksTheAgentBeforeClaiming(t *testing.T) {
 	code, _, stderr := runEnv(t, dsn, env, "", "run", "--plan", "gated", "--agent", "claude")
 	if code != 2 || !strings.Contains(stderr, "CLAUDE_BIN") || !strings.Contains(stderr, "npm install -g @anthropic-ai/claude-code") {
 		t.Fatalf("run with no claude CLI: exit %d, %q; want 2 naming CLAUDE_BIN and the install command", code, stderr)
+	}
+	code, out, _ := run(t, dsn, "", "plan", "show", "gated", "--json")
+	if code != 0 || !strings.Contains(out, `"attempts": 0`) || strings.Contains(out, `"attempts": 1`) {
+		t.Fatalf("show: exit %d; want no task attempted:\n%s", code, out)
+	}
+}
+
+// TestRunOnAPausedPlanSaysHowToResumeIt: whilly run on a PAUSED plan gives the advice of
+// the pause's own reason — raise the budget, resume it — never 'whilly plan reset', which
+// would run and pay for the finished tasks again.
+func TestRunOnAPausedPlanSaysHowToResumeIt(t *testing.T) {
+	t.Parallel()
+	dsn := testkit.DSN(t)
+	if code, _, stderr := run(t, dsn, "", "plan", "import", writeFile(t, "plan.json", validPlan)); code != 0 {
+		t.Fatalf("import: exit %d: %s", code, stderr)
+	}
+	sim := []string{"run", "--plan", "cli", "--agent", "sim", "--sim-delay", "1ms", "--workers", "1"}
+	if code, _, _ := run(t, dsn, "", "plan", "pause", "cli"); code != 0 {
+		t.Fatalf("plan pause: exit %d", code)
+	}
+	code, _, stderr := run(t, dsn, "", sim...)
+	if code != 1 || !strings.Contains(stderr, "whilly plan resume cli") || strings.Contains(stderr, "reset") {
+		t.Fatalf("run on a plan paused by an operator: exit %d, %q; want 1 and 'whilly plan resume cli'", code, stderr)
+	}
+	if code, _, _ := run(t, dsn, "", "plan", "resume", "cli"); code != 0 {
+		t.Fatalf("plan resume: exit %d", code)
+	}
+	// The first attempt costs the whole budget ($1.50): the plan pauses on it.
+	if code, _, stderr := run(t, dsn, "", append(sim, "--sim-cost", "1.5")...); code != 1 || !strings.Contains(stderr, "whilly plan budget cli") {
+		t.Fatalf("run that reaches the budget: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = run(t, dsn, "", sim...)
+	if code != 1 || !strings.Contains(stderr, "whilly plan budget cli") || strings.Contains(stderr, "reset") {
+		t.Fatalf("run on a plan paused on its budget: exit %d, %q; want 1 and 'whilly plan budget cli USD'", code, stderr)
+	}
+}
+
+// TestRunInHomeExitsTwoBeforeClaiming: whilly run started in HOME would run the agent of
+// a plan without a repository there, which the box refuses: every attempt of the plan
+// would fail as a retryable agent_error. It says what to do and exits 2 before any claim.
+func TestRunInHomeExitsTwoBeforeClaiming(t *testing.T) {
+	t.Parallel()
+	if err := sandbox.Check(context.Background()); err != nil {
+		if os.Getenv("WHILLY_TEST_SANDBOX") == "require" {
+			t.Fatalf("the sandbox must work here: %v", err)
+		}
+		t.Skipf("bubblewrap does not work here: %v", err)
+	}
+	dsn := testkit.DSN(t)
+	if code, _, stderr := run(t, dsn, "", "plan", "import", writeFile(t, "plan.json", gatedPlan)); code != 0 {
+		t.Fatalf("import: exit %d: %s", code, stderr)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"HOME": wd, "PATH": os.Getenv("PATH"), "WHILLY_AGENT_CMD": "/bin/true", "WHILLY_SANDBOX": "bwrap"}
+	code, _, stderr := runEnv(t, dsn, env, "", "run", "--plan", "gated", "--agent", "command")
+	if code != 2 || !strings.Contains(stderr, "would expose all of "+wd) || !strings.Contains(stderr, "run whilly from a project directory") {
+		t.Fatalf("run in HOME: exit %d, %q; want 2 saying what to do", code, stderr)
 	}
 	code, out, _ := run(t, dsn, "", "plan", "show", "gated", "--json")
 	if code != 0 || !strings.Contains(out, `"attempts": 0`) || strings.Contains(out, `"attempts": 1`) {

@@ -290,7 +290,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) {
 		// the way (an error means the writer has none to move).
 		_ = http.NewResponseController(w).SetWriteDeadline(deadline.Add(10 * time.Second))
 	}
-	c, err := s.waitForClaim(r.Context(), qreq, deadline)
+	c, err := s.waitForClaim(r.Context(), qreq, deadline, req.Drain)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -354,7 +354,7 @@ func (s *Server) releaseUndelivered(ctx context.Context, l queue.Lease, reason s
 	}
 }
 
-func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadline time.Time) (*queue.Claim, error) {
+func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadline time.Time, drain bool) (*queue.Claim, error) {
 	if s.isDraining() {
 		deadline = time.Now() // one attempt, no wait: this replica is going away
 	}
@@ -386,6 +386,13 @@ func (s *Server) waitForClaim(ctx context.Context, req queue.ClaimRequest, deadl
 			}
 			if st != plan.PlanActive {
 				return nil, nil
+			}
+		}
+		if drain {
+			// Nothing left that could become claimable for this worker: waiting would only
+			// keep a draining worker (an Action job) from stopping until the deadline.
+			if open, err := s.store.MayClaimLater(ctx, req); err != nil || !open {
+				return nil, err
 			}
 		}
 		remaining := time.Until(deadline)

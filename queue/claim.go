@@ -553,11 +553,7 @@ func (s *Store) chargeAndSettle(ctx context.Context, tx pgx.Tx, planID, taskID s
 func settleCharged(ctx context.Context, tx pgx.Tx, planID, taskID string, cost plan.USD, after int64, budget *int64, status plan.PlanStatus, busy bool) error {
 	before := plan.USD(after) - cost
 	if budget != nil && status == plan.PlanActive && !plan.Exhausted(budgetPtr(budget), before) && plan.Exhausted(budgetPtr(budget), plan.USD(after)) {
-		if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'PAUSED', pause_reason = 'budget' WHERE id = $1`, planID); err != nil {
-			return fmt.Errorf("pause plan %s on budget: %w", planID, err)
-		}
-		payload := map[string]any{"budget_usd": plan.USD(*budget).String(), "spent_usd": plan.USD(after).String(), "task_id": taskID}
-		if err := insertEvent(ctx, tx, planID, "", EventPlanBudgetExceeded, payload, nil); err != nil {
+		if err := pauseOnBudget(ctx, tx, planID, plan.USD(*budget), plan.USD(after), map[string]any{"task_id": taskID}); err != nil {
 			return err
 		}
 		status = plan.PlanPaused

@@ -87,3 +87,28 @@ type HeldTask struct {
 	PlanID string `json:"plan_id"`
 	plan.HeldTask
 }
+
+// mayClaimLaterSQL holds when a task of plan $1 (any plan when empty) that a worker with
+// labels $2 and scopes $3 may take could still be handed to it: PENDING and neither held
+// by the budget nor rejected by the gate of a strict plan, or running (it comes back if
+// it fails), in an ACTIVE plan. A PENDING task downstream of a failure still counts: the
+// outlook (OutlookOf) tells those apart, at a cost a long-poll's every wake-up must not pay.
+// Plan $1 without any task yet counts too: its tasks are on their way (workers started
+// before the import wait for them, as for a plan that does not exist yet).
+var mayClaimLaterSQL = `SELECT ($1 <> '' AND NOT EXISTS (SELECT 1 FROM tasks WHERE plan_id = $1))
+	OR EXISTS (SELECT 1 FROM tasks t JOIN plans p ON p.id = t.plan_id
+	WHERE ($1 = '' OR t.plan_id = $1) AND p.status = 'ACTIVE' AND ` + scopeMatchSQL("$3") + `
+	  AND t.status IN ('PENDING', 'CLAIMED', 'IN_PROGRESS')
+	  AND (t.labels = '{}' OR t.labels <@ $2::text[])
+	  AND (t.status <> 'PENDING' OR ((p.budget_usd IS NULL OR p.spent_usd < p.budget_usd)
+	       AND (NOT p.strict OR t.gate_verdict <> 'REJECT'))))`
+
+// MayClaimLater reports whether anything req's worker may claim, from req's plan or from
+// every plan, is left: a claim that found nothing need not wait for more when nothing is.
+func (s *Store) MayClaimLater(ctx context.Context, req ClaimRequest) (bool, error) {
+	var open bool
+	if err := s.pool.QueryRow(ctx, mayClaimLaterSQL, req.PlanID, nonNil(req.Labels), req.Scopes.Strings()).Scan(&open); err != nil {
+		return false, fmt.Errorf("look for work worker %s may still claim: %w", req.WorkerID, err)
+	}
+	return open, nil
+}

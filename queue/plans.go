@@ -294,9 +294,11 @@ func (s *Store) ResetPlan(ctx context.Context, planID string, opts ResetOptions)
 	return res, nil
 }
 
-// SetBudget sets a plan's budget cap (nil = unlimited) and writes plan.budget_raised. A
-// plan paused on budget that the new cap covers resumes (ACTIVE). by names who set it
-// (the event's "by"; empty: not recorded).
+// SetBudget sets a plan's budget cap (nil = unlimited) and writes plan.budget_raised, or
+// plan.budget_lowered when the new cap is below the old one. A plan paused on budget that
+// the new cap covers resumes (ACTIVE); an ACTIVE plan that has already spent the new cap
+// is paused on budget, with plan.budget_exceeded, as when its spending crosses the cap.
+// by names who set it (the event's "by"; empty: not recorded).
 func (s *Store) SetBudget(ctx context.Context, planID string, budget *plan.USD, by string) (PlanInfo, error) {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var old *int64
@@ -310,21 +312,27 @@ func (s *Store) SetBudget(ctx context.Context, planID string, budget *plan.USD, 
 		if err != nil {
 			return fmt.Errorf("lock plan %s: %w", planID, err)
 		}
-		resume := status == string(plan.PlanPaused) && reason == "budget" && !plan.Exhausted(budget, plan.USD(spent))
+		exhausted := plan.Exhausted(budget, plan.USD(spent))
+		resume := status == string(plan.PlanPaused) && reason == PauseBudget && !exhausted
 		if _, err := tx.Exec(ctx, `UPDATE plans SET budget_usd = $2::numeric, updated_at = now(),
 			status = CASE WHEN $3 THEN 'ACTIVE' ELSE status END,
 			pause_reason = CASE WHEN $3 THEN NULL ELSE pause_reason END
 			WHERE id = $1`, planID, usdParam(budget), resume); err != nil {
 			return fmt.Errorf("set budget of plan %s: %w", planID, err)
 		}
-		var oldUSD *plan.USD
-		if old != nil {
-			o := plan.USD(*old)
-			oldUSD = &o
+		oldUSD := budgetPtr(old)
+		typ := EventPlanBudgetRaised
+		if budget != nil && (oldUSD == nil || *budget < *oldUSD) {
+			typ = EventPlanBudgetLowered
 		}
 		payload := withBy(map[string]any{"from": usdParam(oldUSD), "to": usdParam(budget), "spent_usd": plan.USD(spent).String(), "resumed": resume}, by)
-		if err := insertEvent(ctx, tx, planID, "", EventPlanBudgetRaised, payload, nil); err != nil {
+		if err := insertEvent(ctx, tx, planID, "", typ, payload, nil); err != nil {
 			return err
+		}
+		if status == string(plan.PlanActive) && exhausted {
+			if err := pauseOnBudget(ctx, tx, planID, *budget, plan.USD(spent), withBy(map[string]any{}, by)); err != nil {
+				return err
+			}
 		}
 		return s.changed(ctx, tx, planID)
 	})
@@ -332,6 +340,18 @@ func (s *Store) SetBudget(ctx context.Context, planID string, budget *plan.USD, 
 		return PlanInfo{}, err
 	}
 	return s.GetPlan(ctx, planID)
+}
+
+// pauseOnBudget pauses a locked ACTIVE plan that has spent its budget (PAUSED, reason
+// budget) and writes plan.budget_exceeded with the budget, the spend and payload's other
+// fields: the one way a plan stops on its budget, whether its spending crossed the cap or
+// the cap was lowered below its spending.
+func pauseOnBudget(ctx context.Context, tx pgx.Tx, planID string, budget, spent plan.USD, payload map[string]any) error {
+	if _, err := tx.Exec(ctx, `UPDATE plans SET status = 'PAUSED', pause_reason = 'budget' WHERE id = $1`, planID); err != nil {
+		return fmt.Errorf("pause plan %s on budget: %w", planID, err)
+	}
+	payload["budget_usd"], payload["spent_usd"] = budget.String(), spent.String()
+	return insertEvent(ctx, tx, planID, "", EventPlanBudgetExceeded, payload, nil)
 }
 
 // lockPlanSQL locks a plan's row and reads its status (lockPlan, and the paths that send

@@ -141,6 +141,7 @@ const (
 	EventPlanDeleted        = "plan.deleted"
 	EventPlanReset          = "plan.reset"
 	EventPlanBudgetRaised   = "plan.budget_raised"
+	EventPlanBudgetLowered  = "plan.budget_lowered"
 	EventPlanBudgetExceeded = "plan.budget_exceeded"
 	EventPlanDone           = "plan.done"
 	EventPlanFailed         = "plan.failed"

@@ -206,6 +206,43 @@ type Cmd struct {
 	proxy *proxy
 }
 
+// ErrExposesHome is the error of a workspace the box may not give the agent: / or a
+// directory that holds HOME, which would show it every file of the user. WorkDir's
+// errors are an *ExposesHomeError, which is ErrExposesHome.
+var ErrExposesHome = errors.New("the workspace would expose HOME")
+
+// ExposesHomeError names the workspace refused and what it would expose (HOME, or /).
+type ExposesHomeError struct{ Dir, Home string }
+
+func (e *ExposesHomeError) Error() string {
+	return fmt.Sprintf("the agent would work in %s, which would expose all of %s to it", e.Dir, e.Home)
+}
+
+// Is makes the error ErrExposesHome.
+func (e *ExposesHomeError) Is(target error) bool { return target == ErrExposesHome }
+
+// WorkDir returns dir ("" the current directory) as an absolute path, or an error
+// (ErrExposesHome) when the box may not make it the agent's workspace: it is / or holds
+// home. A Sandbox that does not box refuses none. Prepare checks every run with it;
+// callers check their work directory once with it before taking work.
+func (s *Sandbox) WorkDir(dir, home string) (string, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("find the current directory: %w", err)
+		}
+		dir = wd
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("workspace: %w", err)
+	}
+	if s.Boxed() && (dir == "/" || (home != "" && within(home, dir))) {
+		return dir, &ExposesHomeError{Dir: dir, Home: cmpOr(home, "/")}
+	}
+	return dir, nil
+}
+
 // Prepare makes the box for one run. Close the Cmd when the process has ended.
 func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 	environ := spec.Environ
@@ -224,21 +261,10 @@ func (s *Sandbox) Prepare(ctx context.Context, spec Spec) (*Cmd, error) {
 		return &Cmd{Path: spec.Path, Args: spec.Args, Dir: spec.Dir, Mode: ModeNone,
 			Env: allowedEnv(environ, spec.Agent, agentEnv, true, getenv("HOME"), nil, spec.Env)}, nil
 	}
-	dir := spec.Dir
-	if dir == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: find the current directory: %w", err)
-		}
-		dir = wd
-	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: workspace: %w", err)
-	}
 	home := getenv("HOME")
-	if dir == "/" || (home != "" && within(home, dir)) {
-		return nil, fmt.Errorf("sandbox: the workspace %s would expose %s to the agent; run it in a project directory", dir, cmpOr(home, "/"))
+	dir, err := s.WorkDir(spec.Dir, home)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w; run it in a project directory", err)
 	}
 	if err := checkTools(s.tools, home); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)

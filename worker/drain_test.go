@@ -62,3 +62,42 @@ func TestDrainEndsWhenNothingItMayClaimIsLeft(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainEndsAtOnceAfterTheLastTask: once the last task this worker may take has ended,
+// a --drain worker exits at once, not at the end of a 30-second claim long-poll (each
+// drained Action job paid those 30 s of runner time). The plan stays ACTIVE: a task needs
+// a label the worker lacks. With --plan and without.
+func TestDrainEndsAtOnceAfterTheLastTask(t *testing.T) {
+	t.Parallel()
+	for _, scoped := range []bool{true, false} {
+		name := map[bool]string{true: "plan", false: "any"}[scoped]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			gpu := plan.Task{ID: "GPU", Priority: plan.PriorityMedium, Labels: []string{"gpu"},
+				Description: "A task long enough for the gate", AcceptanceCriteria: []string{"ok"}, TestSteps: []string{"true"}}
+			ok := gpu
+			ok.ID, ok.Labels = "OK", nil
+			if _, err := e.st.Import(context.Background(), &plan.Plan{ID: "last", Name: "last", Tasks: []plan.Task{ok, gpu}}, queue.ImportOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			planID := ""
+			if scoped {
+				planID = "last"
+			}
+			ended := make(chan time.Time, 1)
+			w := e.worker(t, e.url, agent.SimConfig{Delay: 200 * time.Millisecond}, worker.Config{PlanID: planID, Drain: true,
+				OnResult: func(worker.Outcome) { ended <- time.Now() }})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			sum, err := w.Run(ctx)
+			exited := time.Now()
+			if err != nil || sum.Done != 1 || sum.HeldTotal != 1 {
+				t.Fatalf("drain = %+v, %v; want OK done and GPU held", sum, err)
+			}
+			if took := exited.Sub(<-ended); took > 5*time.Second {
+				t.Fatalf("the drained worker exited %s after its last task ended; want it at once, not after the claim's long-poll", took.Round(time.Millisecond))
+			}
+		})
+	}
+}

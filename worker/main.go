@@ -35,7 +35,9 @@ the task before exiting.
 
 Exit codes: 0 done (--once, --drain, --max-tasks) or stopped by a signal, 1 an operation
 error, 2 a configuration error (all problems reported at once) or a control plane that
-refuses the token.
+refuses the token, 3 --drain found the whole fleet paused ('whilly pause'): it says who
+paused it and since when and stops at once instead of waiting for the resume (run it
+again after 'whilly resume'). Without --drain a worker waits out a pause, saying so once.
 
 Examples:
   WHILLY_WORKER_TOKEN=whilly_w_… whilly-worker --connect https://whilly.example.com --agent claude
@@ -71,7 +73,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		agentName = fs.String("agent", c.String(config.Agent), "agent: "+strings.Join(agent.Names(), ", ")+" (WHILLY_AGENT)")
 		model     = fs.String("model", c.Raw(config.Model), "model passed to the agent (WHILLY_MODEL)")
 		once      = fs.Bool("once", false, "run one task, then exit")
-		drain     = fs.Bool("drain", false, "exit 0 when nothing this worker may claim is pending, running or retrying")
+		drain     = fs.Bool("drain", false, "exit 0 when nothing this worker may claim is pending, running or retrying; exit 3 at once when the fleet is paused")
 		maxTasks  = fs.Int("max-tasks", 0, "exit after this many tasks (0: no limit)")
 		insecure  = fs.Bool("insecure", false, "allow plain http:// to a non-loopback control plane")
 		logDir    = fs.String("log-dir", "", "write each attempt's agent output to a file under this directory")
@@ -169,6 +171,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		}
 		*workerID = me.ID
 	}
+	// Before claiming: a plan without a repository runs in the work directory, and one
+	// that would expose HOME to the agent would fail every attempt of it.
+	if err := CheckWorkDir(sb, *agentName, *workDir, getenv("HOME")); err != nil && *planID != "" {
+		if p, perr := api.GetPlan(ctx, *planID); perr == nil && p.Repo == "" {
+			return fail(2, "%s", workDirAdvice(err))
+		}
+	}
 	gate, err := GateFromConfig(c)
 	if err != nil {
 		return fail(2, "%v", err)
@@ -179,7 +188,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	}
 	w, err := New(api, ag, log, Config{
 		WorkerID: *workerID, PlanID: *planID, Model: *model, Once: *once, Drain: *drain,
-		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir, WorkspaceDir: *wsDir,
+		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir, Home: getenv("HOME"), WorkspaceDir: *wsDir,
 		Sandbox: cfg.Sandbox, Gate: gate, Cache: cache,
 	})
 	if err != nil {
@@ -202,11 +211,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return 0
 	case err == nil, errors.Is(err, ErrStopped):
 		return 0
+	case errors.Is(err, ErrFleetPaused):
+		return fail(3, "%v; run this worker again then", err)
+	case errors.Is(err, sandbox.ErrExposesHome):
+		return fail(2, "%s", workDirAdvice(err))
 	case fatal(err), errors.Is(err, agent.ErrNotReady):
 		return fail(2, "%v", err)
 	default:
 		return fail(1, "%v", err)
 	}
+}
+
+// workDirAdvice is CheckWorkDir's refusal with what to do about it.
+func workDirAdvice(err error) string {
+	return fmt.Sprintf("%v; start whilly-worker in a project directory, or pass --workdir DIR", err)
 }
 
 // bootstrapToken reads the bootstrap token (WHILLY_BOOTSTRAP_TOKEN, or the file named by

@@ -49,8 +49,10 @@ type Config struct {
 	// LogDir receives one log file per attempt; "" keeps no log files.
 	LogDir string
 	// WorkDir is where the agent runs when the claim has no workspace; "" is the current
-	// directory.
+	// directory. Home is the HOME of the agent's environment ("" is $HOME): a boxed agent
+	// may not work in a directory that holds it (CheckWorkDir).
 	WorkDir string
+	Home    string
 	// WorkspaceDir holds the per-plan checkouts of claims that carry a workspace
 	// (WHILLY_WORKSPACE_DIR); "" is DefaultWorkspaceDir. Git is the git executable, ""
 	// finds it on PATH.
@@ -101,6 +103,23 @@ type Outcome struct {
 // ReasonAgentMissing is the RELEASE reason of a task whose agent's executable vanished.
 const ReasonAgentMissing = "agent_not_found"
 
+// ReasonWorkDirExposesHome is the RELEASE reason of a task without a workspace taken by a
+// worker whose agent may not work in its work directory (CheckWorkDir).
+const ReasonWorkDirExposesHome = "workdir_exposes_home"
+
+// CheckWorkDir says why agentName may not work in dir ("" the current directory) when a
+// claim carries no workspace: the box would show it all of home, or of / (an error
+// wrapping sandbox.ErrExposesHome). Checked before the first claim, it keeps a worker
+// started in HOME from failing every attempt of a plan without a repository. The sim
+// agent runs no process there, and a box that does not box refuses nothing: nil.
+func CheckWorkDir(sb *sandbox.Sandbox, agentName, dir, home string) error {
+	if agentName == agent.NameSim {
+		return nil
+	}
+	_, err := sb.WorkDir(dir, home)
+	return err
+}
+
 // Summary counts what a worker did before it stopped.
 type Summary struct {
 	Done int `json:"tasks_done"`
@@ -133,6 +152,11 @@ type Worker struct {
 	// in use: it is tried again when the worker is idle.
 	caches       *Caches
 	evictPending bool
+	// workDirErr says why the agent may not work in WorkDir (CheckWorkDir): a claim
+	// without a workspace is then handed back and the worker stops.
+	workDirErr error
+	// fleet is the fleet's pause as last seen (sawFleet), owned by Run's goroutine.
+	fleet client.Fleet
 }
 
 // New returns a worker. The client must carry the worker's token.
@@ -156,7 +180,11 @@ func New(api *client.Client, ag agent.Agent, log *slog.Logger, cfg Config) (*Wor
 	log = log.With("worker_id", cfg.WorkerID)
 	ws := NewWorkspaces(cfg.WorkspaceDir, cfg.Git, log)
 	ws.gate = cfg.Gate
-	w := &Worker{api: api, agent: ag, log: log, cfg: cfg, ws: ws, plansOnDisk: map[string]bool{}}
+	if cfg.Home == "" {
+		cfg.Home = os.Getenv("HOME")
+	}
+	w := &Worker{api: api, agent: ag, log: log, cfg: cfg, ws: ws, plansOnDisk: map[string]bool{},
+		workDirErr: CheckWorkDir(cfg.Sandbox, ag.Name(), cfg.WorkDir, cfg.Home)}
 	if cfg.Cache.Dir != "" && ag.Name() != agent.NameSim {
 		w.caches = NewCaches(cfg.Cache.Dir, cfg.Cache.MaxBytes, log)
 	}
@@ -165,6 +193,11 @@ func New(api *client.Client, ag agent.Agent, log *slog.Logger, cfg Config) (*Wor
 
 // ErrStopped is returned by Run when ctx ends it; what ran was released first.
 var ErrStopped = errors.New("worker stopped")
+
+// ErrFleetPaused is returned by the Run of a draining worker that found the whole fleet
+// paused: nothing is claimed anywhere until an operator resumes it, and a drain (an
+// Action job) must not wait for that until its timeout.
+var ErrFleetPaused = errors.New("the fleet is paused")
 
 // Run claims and runs tasks until ctx is cancelled (ErrStopped, after releasing the
 // task in hand), until Once, Drain or MaxTasks says stop (nil), or until the control
@@ -185,6 +218,9 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 	// planSeen: the control plane has known the plan (a claim was answered); until then a
 	// plan that does not exist is waited for. waitLogged says the wait was logged.
 	planSeen, waitLogged := false, false
+	// checkFleet: the fleet's pause is read before the first claim and after each claim
+	// answered "nothing", not before every claim.
+	checkFleet := true
 	for {
 		if ctx.Err() != nil {
 			if next != nil {
@@ -197,9 +233,14 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 		}
 		claim := next // handed over with the last completion
 		if claim == nil {
+			if checkFleet {
+				if w.noteFleet(ctx) && w.cfg.Drain {
+					return sum, fleetPausedErr(w.fleet)
+				}
+			}
 			asked := time.Now()
 			var err error
-			claim, err = w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds(), IdempotencyKey: key})
+			claim, err = w.api.Claim(ctx, client.ClaimRequest{PlanID: w.cfg.PlanID, WaitSeconds: w.cfg.ClaimWait.Seconds(), IdempotencyKey: key, Drain: w.cfg.Drain})
 			if err == nil || !client.IsRetryable(err) {
 				key = client.NewKey()
 			}
@@ -230,6 +271,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 			}
 			backoff.reset()
 			planSeen = true
+			checkFleet = claim == nil
 			if claim == nil {
 				w.removeEndedWorkspaces(ctx)
 				if w.evictPending {
@@ -257,6 +299,9 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 				continue
 			}
 			idle.reset()
+			if w.fleet.Paused {
+				w.sawFleet(ctx, client.Fleet{}) // a task came: the fleet runs again
+			}
 		}
 		var stop bool
 		var out Outcome
@@ -267,6 +312,53 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 			return sum, stopErr(ctx)
 		}
 	}
+}
+
+// noteFleet reads the fleet's pause, says it when it changed (sawFleet) and reports
+// whether the fleet is paused. A pause that cannot be read (an older control plane, a
+// passing error) counts as none: the claim says the rest.
+func (w *Worker) noteFleet(ctx context.Context) bool {
+	f, err := w.api.GetFleet(ctx)
+	if err != nil {
+		w.log.DebugContext(ctx, "could not read the fleet's pause", "error", err)
+		return false
+	}
+	w.sawFleet(ctx, f)
+	return f.Paused
+}
+
+// sawFleet records the fleet's pause and says so when it changed since last seen — who
+// paused it and since when, or that it was resumed — once, not at every empty claim.
+func (w *Worker) sawFleet(ctx context.Context, f client.Fleet) {
+	was := w.fleet
+	w.fleet = f
+	switch {
+	case f.Paused && (!was.Paused || was.PausedBy != f.PausedBy || !sameTime(was.PausedAt, f.PausedAt)):
+		w.log.WarnContext(ctx, "the fleet is paused; no task is claimed until it is resumed ('whilly resume')",
+			"paused_by", f.PausedBy, "paused_since", timeText(f.PausedAt))
+	case !f.Paused && was.Paused:
+		w.log.InfoContext(ctx, "the fleet was resumed")
+	}
+}
+
+// fleetPausedErr is ErrFleetPaused with who paused the fleet and since when.
+func fleetPausedErr(f client.Fleet) error {
+	by := f.PausedBy
+	if by == "" {
+		by = "an operator"
+	}
+	return fmt.Errorf("%w by %s since %s: nothing is claimed until it is resumed ('whilly resume')", ErrFleetPaused, by, timeText(f.PausedAt))
+}
+
+func sameTime(a, b *time.Time) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Equal(*b))
+}
+
+func timeText(t *time.Time) string {
+	if t == nil {
+		return "an unknown time"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // stopErr is what Run returns when it stops after a task: ErrStopped when ctx ended it
@@ -365,6 +457,14 @@ func (w *Worker) runTask(ctx context.Context, c *client.Claim, wantNext bool) (o
 	defer func() { out.Duration = time.Since(started) }()
 	lease := client.LeaseRequest{LeaseID: c.Lease.ID}
 	lc := newLeaseClock(c.Lease, started)
+	if c.Workspace == nil && w.workDirErr != nil {
+		// This machine's problem, not the task's: hand it back uncounted and stop (Run
+		// returns the error).
+		log.ErrorContext(ctx, "the agent may not work in this directory; task released, worker stopping", "error", w.workDirErr)
+		out = w.release(log, c, out, ReasonWorkDirExposesHome)
+		out.Err = w.workDirErr
+		return out, nil
+	}
 
 	// A task handed over with the last completion may have been started with it.
 	if t.Status != plan.StatusInProgress {

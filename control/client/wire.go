@@ -65,6 +65,10 @@ type ClaimRequest struct {
 	// the lease granted: a claim retried with the same key after its answer was lost gets
 	// the task it had claimed back, not another one.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Drain asks for the answer "nothing" (204) at once, not at the end of the wait, when
+	// nothing the worker may claim is left that could still come to it (a draining worker
+	// stops then): no PENDING task it may take and no task running that could come back.
+	Drain bool `json:"drain,omitempty"`
 }
 
 // Claim is a claimed task with its lease and its plan, and for a plan tied to a
