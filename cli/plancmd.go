@@ -138,7 +138,7 @@ listed with the task and field it concerns, and nothing is written.`,
 				if !res.Changed() {
 					verb = "unchanged"
 				}
-				a.printf("plan %s %s: %d new tasks, %s%d in the file%s\n", res.PlanID, verb, res.TasksCreated,
+				a.printf("plan %s %s: %d new %s, %s%d in the file%s\n", res.PlanID, verb, res.TasksCreated, pluralize(res.TasksCreated, "task", "tasks"),
 					changedText(res), res.TasksTotal, statusText(res))
 				return nil
 			})
@@ -182,8 +182,8 @@ reason decision_gate) and the plan becomes strict: the control plane re-checks t
 						a.printf("    %s: %s\n", r.Code, r.Message)
 					}
 				}
-				a.printf("plan %s: %d new tasks, %s%d in the file; gate: %d allowed, %d warned, %d rejected", res.Import.PlanID,
-					res.Import.TasksCreated, changedText(res.Import), res.Import.TasksTotal, res.Allowed, res.Warned, res.Rejected)
+				a.printf("plan %s: %d new %s, %s%d in the file; gate: %d allowed, %d warned, %d rejected", res.Import.PlanID,
+					res.Import.TasksCreated, pluralize(res.Import.TasksCreated, "task", "tasks"), changedText(res.Import), res.Import.TasksTotal, res.Allowed, res.Warned, res.Rejected)
 				if strict {
 					a.printf(", %d skipped (strict)", res.Skipped)
 				} else if res.Rejected > 0 {

@@ -88,7 +88,7 @@ func TestReapplyTellsTheTruth(t *testing.T) {
   {"id": "EXTRA", "priority": "low", "description": "Write the third part of the feature with tests",
    "key_files": ["c.go"], "acceptance_criteria": ["it works"], "test_steps": ["go test ./..."]},`, 1)
 	code, out, _ = run(t, dsn, "", "plan", "import", writeFile(t, "plan.json", more))
-	if code != 0 || !strings.Contains(out, "1 new tasks") || !strings.Contains(out, "the plan is ACTIVE again") {
+	if code != 0 || !strings.Contains(out, "1 new task,") || !strings.Contains(out, "the plan is ACTIVE again") {
 		t.Fatalf("import adding a task to a DONE plan: exit %d, %q", code, out)
 	}
 	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "EXTRA      DONE") {

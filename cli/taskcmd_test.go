@@ -46,7 +46,7 @@ func TestTaskCommands(t *testing.T) {
 	if code, _, stderr := run(t, dsn, "", "plan", "task", "edit", "cli", "A", writeFile(t, "a.json", doneEdit)); code != 1 || !strings.Contains(stderr, "A is DONE") {
 		t.Fatalf("edit of a DONE task: exit %d, %q", code, stderr)
 	}
-	if code, _, stderr := run(t, dsn, "", "plan", "task", "rm", "cli", "B"); code != 1 || !strings.Contains(stderr, "C depend on it") {
+	if code, _, stderr := run(t, dsn, "", "plan", "task", "rm", "cli", "B"); code != 1 || !strings.Contains(stderr, "C depends on it.") {
 		t.Fatalf("rm of a task C depends on: exit %d, %q", code, stderr)
 	}
 	if code, out, _ := run(t, dsn, "", "plan", "task", "rm", "cli", "C"); code != 0 || !strings.Contains(out, "task C removed") {
