@@ -331,10 +331,10 @@ func (a *app) planList() *cobra.Command {
 				}
 				sty := a.styles(cmd)
 				tw := newTable(a.io.Out)
-				tw.row("PLAN", "STATUS", "DONE", "TASKS", "SPENT", "BUDGET", "NAME")
+				tw.row("PLAN", "STATUS", "DONE", "SKIPPED", "TASKS", "SPENT", "BUDGET", "NAME")
 				for _, p := range all {
-					done := p.Counts[plan.StatusDone] + p.Counts[plan.StatusSkipped]
-					tw.row(p.ID, sty.planStatus(p.Status), fmt.Sprint(done), fmt.Sprint(p.Total), "$"+p.Spent.String(), budgetText(p.Budget), termLine(p.Name))
+					tw.row(p.ID, sty.planStatus(p.Status), fmt.Sprint(p.Counts[plan.StatusDone]), fmt.Sprint(p.Counts[plan.StatusSkipped]),
+						fmt.Sprint(p.Total), "$"+p.Spent.String(), budgetText(p.Budget), termLine(p.Name))
 				}
 				return tw.flush()
 			})
