@@ -389,7 +389,7 @@ and records plan.deleted. A hard reset asks for confirmation unless --yes is giv
 				if hard {
 					a.printf("plan %s deleted with its %d tasks; its events stay in the audit log\n", res.PlanID, res.Deleted)
 				} else {
-					a.printf("plan %s reset: %d tasks back to PENDING\n", res.PlanID, res.Reset)
+					a.printf("plan %s reset: %d %s back to PENDING\n", res.PlanID, res.Reset, pluralize(res.Reset, "task", "tasks"))
 				}
 				return nil
 			})

@@ -29,7 +29,7 @@ func TestRunNeverWaitsSilently(t *testing.T) {
 	}
 	// A plain reset keeps the gate's skip, so the plan can finish again.
 	code, out, _ := run(t, dsn, "", "plan", "reset", "gated")
-	if code != 0 || !strings.Contains(out, "1 tasks back to PENDING") {
+	if code != 0 || !strings.Contains(out, "1 task back to PENDING") {
 		t.Fatalf("reset: exit %d, %q", code, out)
 	}
 	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "is DONE") {

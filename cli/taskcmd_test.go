@@ -60,7 +60,7 @@ func TestTaskCommands(t *testing.T) {
 	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "is DONE") {
 		t.Fatalf("run after the reset: exit %d, %q %q", code, out, stderr)
 	}
-	if code, out, _ := run(t, dsn, "", "plan", "task", "reset", "cli", "B"); code != 0 || !strings.Contains(out, "1 tasks back to PENDING: B") {
+	if code, out, _ := run(t, dsn, "", "plan", "task", "reset", "cli", "B"); code != 0 || !strings.Contains(out, "1 task back to PENDING: B") {
 		t.Fatalf("reset of one task: exit %d, %q", code, out)
 	}
 	pool, err := pgxpool.New(context.Background(), dsn)
