@@ -156,7 +156,9 @@ func (m *Mirror) syncPull(ctx context.Context, c Client, ref IssueRef, pi queue.
 		}
 		pr.BodySHA256 = sum[:]
 	}
-	if pi.Status == plan.PlanActive && !pr.Draft && len(rounds.Rounds) > 0 {
+	// A round reopens the plan ACTIVE, or PAUSED awaiting approval of its new digest:
+	// either way whilly works on the pull request again, so it is a draft again.
+	if (pi.Status == plan.PlanActive || pi.Status == plan.PlanPaused) && !pr.Draft && len(rounds.Rounds) > 0 {
 		if err := m.backToDraft(ctx, c, pi.ID, pr); err != nil {
 			return nil, err
 		}

@@ -22,8 +22,12 @@ type ReconcileArgs struct{}
 // Kind implements river.JobArgs.
 func (ReconcileArgs) Kind() string { return KindReconcile }
 
-// InsertOpts puts the reconciler in the GitHub queue.
-func (ReconcileArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: queue.QueueGitHub} }
+// InsertOpts puts the reconciler in the GitHub queue, with one attempt: the next
+// interval's run is its retry. Retried on a backoff of its own, each failed run would
+// wait beside the next interval's while GitHub is unreachable, and they would pile up.
+func (ReconcileArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: queue.QueueGitHub, MaxAttempts: 1}
+}
 
 // ReconcileConfig tunes the reconciler.
 type ReconcileConfig struct {

@@ -208,21 +208,27 @@ func (a *app) workerCommand() *cobra.Command {
 }
 
 func (a *app) workerRegister() *cobra.Command {
-	var connect, bootstrap, labels string
-	var scopeList []string
+	var connect, bootstrap, labels, owner string
+	var scopeList, plans []string
 	var insecure, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "register --connect URL --bootstrap-token T [--labels a,b] [--scope S]...",
+		Use:   "register --connect URL --bootstrap-token T [--labels a,b] [--scope S]... [--plan ID]... [--owner EMAIL]",
 		Short: "Register a worker with a control plane and print its id and token",
 		Long: `Register a worker with a control plane and print "worker_id: ID" and "token: TOKEN".
+When standard output is not a terminal it prints the token alone there, and "worker_id: ID"
+on standard error, for WORKER_TOKEN=$(whilly worker register …).
 The token is shown only once: give it to whilly-worker as WHILLY_WORKER_TOKEN.
 The bootstrap token may also come from WHILLY_BOOTSTRAP_TOKEN (safer than a flag).
 
 --scope (installation:ID, repo:OWNER/NAME, plan:ID; repeatable) limits the plans the
-worker may read and claim. Without it the worker gets the bootstrap token's scopes; a
-scoped bootstrap token refuses scopes wider than its own.`,
+worker may read and claim; --plan ID is --scope plan:ID. Without them the worker gets the
+bootstrap token's scopes; a scoped bootstrap token refuses scopes wider than its own.
+
+--owner records the operator's email on the worker and in its CLAIM events; a bootstrap
+token minted with "whilly admin token mint --bootstrap --owner EMAIL" records its own owner.`,
 		Example: `  WHILLY_BOOTSTRAP_TOKEN=whilly_b_… whilly worker register --connect https://whilly.example.com \
-    --labels linux --scope repo:acme/shop`,
+    --labels linux --scope repo:acme/shop
+  WORKER_TOKEN=$(whilly worker register --connect https://whilly.example.com --plan shop-auth)`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if connect == "" {
@@ -245,11 +251,15 @@ scoped bootstrap token refuses scopes wider than its own.`,
 				return envf("%v", err)
 			}
 			host, _ := os.Hostname()
+			for _, id := range plans {
+				scopeList = append(scopeList, "plan:"+id)
+			}
 			scopes, err := queue.ParseScopes(scopeList)
 			if err != nil {
 				return failf("%v", err)
 			}
-			res, err := api.Register(cmd.Context(), client.RegisterRequest{Hostname: host, Labels: splitComma(labels), Scopes: scopes.Strings()})
+			res, err := api.Register(cmd.Context(), client.RegisterRequest{Hostname: host, Labels: splitComma(labels), Scopes: scopes.Strings(),
+				OwnerEmail: owner})
 			if err != nil {
 				if client.StatusOf(err) == 0 {
 					return envf("cannot reach the control plane at %s: %v", connect, err)
@@ -258,6 +268,15 @@ scoped bootstrap token refuses scopes wider than its own.`,
 			}
 			if asJSON {
 				return a.writeJSON(res)
+			}
+			if !isTerminal(a.io.Out) {
+				// A script's WORKER_TOKEN=$(whilly worker register …): the token alone.
+				a.printf("%s\n", res.Token)
+				_, _ = fmt.Fprintf(a.io.Err, "worker_id: %s\n", res.WorkerID)
+				if len(res.Scopes) > 0 {
+					_, _ = fmt.Fprintf(a.io.Err, "scopes: %s\n", strings.Join(res.Scopes, ","))
+				}
+				return nil
 			}
 			a.printf("worker_id: %s\ntoken: %s\n", res.WorkerID, res.Token)
 			if len(res.Scopes) > 0 {
@@ -270,6 +289,8 @@ scoped bootstrap token refuses scopes wider than its own.`,
 	cmd.Flags().StringVar(&bootstrap, "bootstrap-token", "", "bootstrap token (prefer $WHILLY_BOOTSTRAP_TOKEN: flags show in ps)")
 	cmd.Flags().StringVar(&labels, "labels", "", "comma-separated labels the worker offers (gpu, linux …)")
 	cmd.Flags().StringArrayVar(&scopeList, "scope", nil, "limit the worker: installation:ID, repo:OWNER/NAME or plan:ID; repeatable")
+	cmd.Flags().StringArrayVar(&plans, "plan", nil, "limit the worker to this plan (--scope plan:ID); repeatable")
+	cmd.Flags().StringVar(&owner, "owner", "", "the operator's email, recorded on the worker and its claims")
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "allow plain http:// to a non-loopback host")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd

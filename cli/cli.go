@@ -110,10 +110,11 @@ func indent(s string) string {
 	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
 }
 
-// sentence makes the error read as one sentence: its first letter is kept lowercase as
-// Go errors are, and a final period added.
+// sentence makes the error read as one sentence: without its error class (however it
+// was wrapped: a control plane's message has none), its first letter kept lowercase as Go
+// errors are, and a final period added.
 func sentence(err error) string {
-	s := strings.TrimSpace(err.Error())
+	s := queue.WithoutClass(err.Error())
 	if s != "" && !strings.HasSuffix(s, ".") {
 		s += "."
 	}

@@ -213,7 +213,8 @@ func (a *app) runInit(cmd *cobra.Command, ideaArg string, o initOptions) error {
 			a.printf("    %s: %s\n", r.Code, r.Message)
 		}
 	}
-	a.printf("plan %s: %d new tasks; gate: %d allowed, %d warned, %d rejected", p.ID, applied.Import.TasksCreated,
+	a.printf("plan %s: %d new %s; gate: %d allowed, %d warned, %d rejected", p.ID, applied.Import.TasksCreated,
+		pluralize(applied.Import.TasksCreated, "task", "tasks"),
 		applied.Allowed, applied.Warned, applied.Rejected)
 	if o.strict {
 		a.printf(", %d skipped (strict)", applied.Skipped)

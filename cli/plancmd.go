@@ -138,7 +138,7 @@ listed with the task and field it concerns, and nothing is written.`,
 				if !res.Changed() {
 					verb = "unchanged"
 				}
-				a.printf("plan %s %s: %d new tasks, %s%d in the file%s\n", res.PlanID, verb, res.TasksCreated,
+				a.printf("plan %s %s: %d new %s, %s%d in the file%s\n", res.PlanID, verb, res.TasksCreated, pluralize(res.TasksCreated, "task", "tasks"),
 					changedText(res), res.TasksTotal, statusText(res))
 				return nil
 			})
@@ -182,8 +182,8 @@ reason decision_gate) and the plan becomes strict: the control plane re-checks t
 						a.printf("    %s: %s\n", r.Code, r.Message)
 					}
 				}
-				a.printf("plan %s: %d new tasks, %s%d in the file; gate: %d allowed, %d warned, %d rejected", res.Import.PlanID,
-					res.Import.TasksCreated, changedText(res.Import), res.Import.TasksTotal, res.Allowed, res.Warned, res.Rejected)
+				a.printf("plan %s: %d new %s, %s%d in the file; gate: %d allowed, %d warned, %d rejected", res.Import.PlanID,
+					res.Import.TasksCreated, pluralize(res.Import.TasksCreated, "task", "tasks"), changedText(res.Import), res.Import.TasksTotal, res.Allowed, res.Warned, res.Rejected)
 				if strict {
 					a.printf(", %d skipped (strict)", res.Skipped)
 				} else if res.Rejected > 0 {
@@ -331,10 +331,10 @@ func (a *app) planList() *cobra.Command {
 				}
 				sty := a.styles(cmd)
 				tw := newTable(a.io.Out)
-				tw.row("PLAN", "STATUS", "DONE", "TASKS", "SPENT", "BUDGET", "NAME")
+				tw.row("PLAN", "STATUS", "DONE", "SKIPPED", "TASKS", "SPENT", "BUDGET", "NAME")
 				for _, p := range all {
-					done := p.Counts[plan.StatusDone] + p.Counts[plan.StatusSkipped]
-					tw.row(p.ID, sty.planStatus(p.Status), fmt.Sprint(done), fmt.Sprint(p.Total), "$"+p.Spent.String(), budgetText(p.Budget), termLine(p.Name))
+					tw.row(p.ID, sty.planStatus(p.Status), fmt.Sprint(p.Counts[plan.StatusDone]), fmt.Sprint(p.Counts[plan.StatusSkipped]),
+						fmt.Sprint(p.Total), "$"+p.Spent.String(), budgetText(p.Budget), termLine(p.Name))
 				}
 				return tw.flush()
 			})
@@ -389,7 +389,7 @@ and records plan.deleted. A hard reset asks for confirmation unless --yes is giv
 				if hard {
 					a.printf("plan %s deleted with its %d tasks; its events stay in the audit log\n", res.PlanID, res.Deleted)
 				} else {
-					a.printf("plan %s reset: %d tasks back to PENDING\n", res.PlanID, res.Reset)
+					a.printf("plan %s reset: %d %s back to PENDING\n", res.PlanID, res.Reset, pluralize(res.Reset, "task", "tasks"))
 				}
 				return nil
 			})

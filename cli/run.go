@@ -75,21 +75,27 @@ agent runs no model: it finishes after --sim-delay with --sim-cost, failing a sh
 	f.StringVar(&o.model, "model", "", "model passed to the agent (default $WHILLY_MODEL)")
 	f.StringVar(&o.logDir, "log-dir", "", "keep each attempt's agent output here (default <data dir>/logs)")
 	f.DurationVar(&o.simDelay, "sim-delay", 300*time.Millisecond, "sim agent: how long each attempt takes")
-	f.StringVar(&o.simCost, "sim-cost", "0.02", "sim agent: what each attempt costs, in USD")
+	f.StringVar(&o.simCost, "sim-cost", "", "sim agent: what each attempt costs, in USD (default $WHILLY_SIM_COST, 0.02)")
 	f.Float64Var(&o.simFail, "sim-fail-rate", 0, "sim agent: share of attempts that fail, 0 to 1")
 	return cmd
 }
 
-// taskStat is what the summary table shows for one task.
+// taskStat is what the summary table shows for one task: its attempts in this run.
 type taskStat struct {
 	attempts int
+	cost     plan.USD
 	duration time.Duration
 }
 
 func (a *app) runPlan(ctx context.Context, o runOptions) error {
-	cost, err := plan.ParseUSD(o.simCost)
+	cost, _, err := a.cfg.USD(config.SimCost)
 	if err != nil {
-		return failf("--sim-cost %q is not an amount of USD", o.simCost)
+		return envErr(err)
+	}
+	if o.simCost != "" {
+		if cost, err = plan.ParseUSD(o.simCost); err != nil {
+			return failf("--sim-cost %q is not an amount of USD", o.simCost)
+		}
 	}
 	timeout, err := a.cfg.Duration(config.AgentTimeout)
 	if err != nil {
@@ -175,6 +181,7 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 			stats[out.TaskID] = s
 		}
 		s.attempts++
+		s.cost += out.Cost
 		s.duration += out.Duration
 		mu.Unlock()
 		progress.outcome(out)
@@ -267,24 +274,28 @@ func (a *app) runSummary(ctx context.Context, st *queue.Store, planID string, st
 	if err != nil {
 		return err
 	}
+	// The table is this run's: its attempts, their cost and time; the plan's whole spend
+	// (earlier runs too) is named as such below it.
 	tw := newTable(a.io.Out)
 	tw.row("TASK", "STATUS", "ATTEMPTS", "COST", "DURATION", "LAST ERROR")
-	attempts := 0
+	var run taskStat
 	for _, t := range tasks {
-		d := "-"
-		if s := stats[t.ID]; s != nil {
-			d = s.duration.Round(time.Millisecond).String()
+		s, d := taskStat{}, "-"
+		if got := stats[t.ID]; got != nil {
+			s, d = *got, got.duration.Round(time.Millisecond).String()
 		}
-		attempts += t.Attempts
-		tw.row(t.ID, string(t.Status), fmt.Sprint(t.Attempts), "$"+t.Cost.String(), d, truncate(t.LastError, 40))
+		run.attempts += s.attempts
+		run.cost += s.cost
+		tw.row(t.ID, string(t.Status), fmt.Sprint(s.attempts), "$"+s.cost.String(), d, truncate(t.LastError, 40))
 	}
-	tw.row("total", string(pi.Status), fmt.Sprint(attempts), "$"+pi.Spent.String(), took.Round(time.Millisecond).String(), "")
+	tw.row("total", string(pi.Status), fmt.Sprint(run.attempts), "$"+run.cost.String(), took.Round(time.Millisecond).String(), "")
 	if err := tw.flush(); err != nil {
 		return err
 	}
 	switch pi.Status {
 	case plan.PlanDone:
-		a.printf("plan %s is DONE: %d tasks, %d attempts, $%s of %s, in %s\n", pi.ID, pi.Total, attempts, pi.Spent, budgetText(pi.Budget), took.Round(time.Millisecond))
+		a.printf("plan %s is DONE: %d %s; this run: %d %s, $%s, in %s; spent $%s of %s\n", pi.ID, pi.Total, pluralize(pi.Total, "task", "tasks"),
+			run.attempts, pluralize(run.attempts, "attempt", "attempts"), run.cost, took.Round(time.Millisecond), pi.Spent, budgetText(pi.Budget))
 		return nil
 	case plan.PlanPaused:
 		return pausedErr(pi)

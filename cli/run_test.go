@@ -32,7 +32,7 @@ func TestRunNeverWaitsSilently(t *testing.T) {
 	}
 	// A plain reset keeps the gate's skip, so the plan can finish again.
 	code, out, _ := run(t, dsn, "", "plan", "reset", "gated")
-	if code != 0 || !strings.Contains(out, "1 tasks back to PENDING") {
+	if code != 0 || !strings.Contains(out, "1 task back to PENDING") {
 		t.Fatalf("reset: exit %d, %q", code, out)
 	}
 	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "is DONE") {
@@ -91,7 +91,7 @@ func TestReapplyTellsTheTruth(t *testing.T) {
   {"id": "EXTRA", "priority": "low", "description": "Write the third part of the feature with tests",
    "key_files": ["c.go"], "acceptance_criteria": ["it works"], "test_steps": ["go test ./..."]},`, 1)
 	code, out, _ = run(t, dsn, "", "plan", "import", writeFile(t, "plan.json", more))
-	if code != 0 || !strings.Contains(out, "1 new tasks") || !strings.Contains(out, "the plan is ACTIVE again") {
+	if code != 0 || !strings.Contains(out, "1 new task,") || !strings.Contains(out, "the plan is ACTIVE again") {
 		t.Fatalf("import adding a task to a DONE plan: exit %d, %q", code, out)
 	}
 	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "EXTRA      DONE") {
@@ -182,5 +182,56 @@ func TestRunInHomeExitsTwoBeforeClaiming(t *testing.T) {
 	code, out, _ := run(t, dsn, "", "plan", "show", "gated", "--json")
 	if code != 0 || !strings.Contains(out, `"attempts": 0`) || strings.Contains(out, `"attempts": 1`) {
 		t.Fatalf("show: exit %d; want no task attempted:\n%s", code, out)
+	}
+}
+
+// TestRunSummaryIsThisRuns: the summary of a second run counts this run's attempts and
+// cost (a task it did not run shows none), and the plan's whole spend beside them, named
+// as such. plan list counts DONE and SKIPPED apart.
+func TestRunSummaryIsThisRuns(t *testing.T) {
+	t.Parallel()
+	dsn := testkit.DSN(t)
+	if code, _, stderr := run(t, dsn, "", "plan", "import", writeFile(t, "plan.json", validPlan)); code != 0 {
+		t.Fatalf("import: %s", stderr)
+	}
+	sim := []string{"run", "--plan", "cli", "--agent", "sim", "--sim-delay", "1ms", "--sim-cost", "0.01"}
+	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "this run: 2 attempts, $0.02,") {
+		t.Fatalf("first run: exit %d, out %q, err %q", code, out, stderr)
+	}
+	if code, _, stderr := run(t, dsn, "", "plan", "task", "reset", "cli", "B"); code != 0 {
+		t.Fatalf("reset B: %s", stderr)
+	}
+	code, out, stderr := run(t, dsn, "", sim...)
+	if code != 0 || !strings.Contains(out, "plan cli is DONE: 2 tasks; this run: 1 attempt, $0.01, in ") || !strings.Contains(out, "; spent $0.03 of $1.5") {
+		t.Fatalf("second run: exit %d, out %q, err %q", code, out, stderr)
+	}
+	var rowA, total string
+	for _, l := range strings.Split(out, "\n") {
+		switch f := strings.Fields(l); {
+		case len(f) > 0 && f[0] == "A":
+			rowA = strings.Join(f[:4], " ")
+		case len(f) > 0 && f[0] == "total":
+			total = strings.Join(f[:4], " ")
+		}
+	}
+	if rowA != "A DONE 0 $0" || total != "total DONE 1 $0.01" {
+		t.Errorf("rows A %q and total %q; want A not run in this run, total 1 attempt and $0.01:\n%s", rowA, total, out)
+	}
+
+	skipped := `{"plan_id": "mixed", "project": "Mixed", "tasks": [
+	  {"id": "A", "priority": "high", "status": "done", "description": "d"},
+	  {"id": "B", "priority": "low", "status": "skipped", "description": "d"},
+	  {"id": "C", "priority": "low", "description": "d"}]}`
+	if code, _, stderr := run(t, dsn, "", "plan", "import", writeFile(t, "mixed.json", skipped)); code != 0 {
+		t.Fatalf("import: %s", stderr)
+	}
+	_, out, _ = run(t, dsn, "", "plan", "list", "--no-color")
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "mixed" && strings.Join(f[1:5], " ") != "ACTIVE 1 1 3" {
+			t.Errorf("plan list row %q; want ACTIVE, 1 done, 1 skipped, 3 tasks:\n%s", l, out)
+		}
+	}
+	if !strings.Contains(out, "PLAN   STATUS  DONE  SKIPPED  TASKS") {
+		t.Errorf("plan list header:\n%s", out)
 	}
 }

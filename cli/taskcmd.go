@@ -129,7 +129,7 @@ depends on it, directly or not, and has finished is reset too.`,
 				if err != nil {
 					return err
 				}
-				a.printf("plan %s: %d tasks back to PENDING: %s\n", args[0], len(ids), strings.Join(ids, ", "))
+				a.printf("plan %s: %d %s back to PENDING: %s\n", args[0], len(ids), pluralize(len(ids), "task", "tasks"), strings.Join(ids, ", "))
 				return nil
 			})
 		},

@@ -46,7 +46,7 @@ func TestTaskCommands(t *testing.T) {
 	if code, _, stderr := run(t, dsn, "", "plan", "task", "edit", "cli", "A", writeFile(t, "a.json", doneEdit)); code != 1 || !strings.Contains(stderr, "A is DONE") {
 		t.Fatalf("edit of a DONE task: exit %d, %q", code, stderr)
 	}
-	if code, _, stderr := run(t, dsn, "", "plan", "task", "rm", "cli", "B"); code != 1 || !strings.Contains(stderr, "C depend on it") {
+	if code, _, stderr := run(t, dsn, "", "plan", "task", "rm", "cli", "B"); code != 1 || !strings.Contains(stderr, "C depends on it.") {
 		t.Fatalf("rm of a task C depends on: exit %d, %q", code, stderr)
 	}
 	if code, out, _ := run(t, dsn, "", "plan", "task", "rm", "cli", "C"); code != 0 || !strings.Contains(out, "task C removed") {
@@ -60,7 +60,7 @@ func TestTaskCommands(t *testing.T) {
 	if code, out, stderr := run(t, dsn, "", sim...); code != 0 || !strings.Contains(out, "is DONE") {
 		t.Fatalf("run after the reset: exit %d, %q %q", code, out, stderr)
 	}
-	if code, out, _ := run(t, dsn, "", "plan", "task", "reset", "cli", "B"); code != 0 || !strings.Contains(out, "1 tasks back to PENDING: B") {
+	if code, out, _ := run(t, dsn, "", "plan", "task", "reset", "cli", "B"); code != 0 || !strings.Contains(out, "1 task back to PENDING: B") {
 		t.Fatalf("reset of one task: exit %d, %q", code, out)
 	}
 	pool, err := pgxpool.New(context.Background(), dsn)

@@ -116,7 +116,7 @@ func (s *Server) dbRecovered(ctx context.Context) {
 
 // sentence turns a store error into one plain sentence: "Task a of plan b: not found."
 func sentence(err error) string {
-	m := strings.TrimSpace(err.Error())
+	m := queue.WithoutClass(err.Error())
 	if m == "" {
 		return "The request failed."
 	}

@@ -172,7 +172,7 @@ func TestTaskOperationsRefusals(t *testing.T) {
 		{"add an existing id", "POST", "/v1/plans/p/tasks", taskDoc("T1"), 409, "already has a task T1"},
 		{"edit a running task", "PATCH", "/v1/plans/p/tasks/" + running, strings.Replace(taskDoc(running), "thoroughly", "quickly", 1), 409, "only a task that has not run may change"},
 		{"remove a running task", "DELETE", "/v1/plans/p/tasks/" + running, "", 409, "once its attempt ends"},
-		{"remove a task something depends on", "DELETE", "/v1/plans/p/tasks/" + waiting, "", 409, "T2 depend on it"},
+		{"remove a task something depends on", "DELETE", "/v1/plans/p/tasks/" + waiting, "", 409, "T2 depends on it."},
 		{"reset a pending task", "POST", "/v1/plans/p/tasks/" + waiting + "/reset", "", 409, "only a DONE, FAILED, SKIPPED or CANCELLED task"},
 		{"reset with a bad cascade", "POST", "/v1/plans/p/tasks/" + waiting + "/reset?cascade=maybe", "", 400, "cascade"},
 		{"edit that changes the id", "PATCH", "/v1/plans/p/tasks/T1", taskDoc("T7"), 400, "keeps the task's id"},

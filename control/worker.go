@@ -69,7 +69,15 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusForbidden, codeForbidden, "This token may only register workers within its scopes %s.", strings.Join(have, ", ")))
 		return
 	}
-	wk, token, err := s.store.RegisterScopedWorker(r.Context(), req.Hostname, req.Labels, scopes)
+	owner := strings.TrimSpace(req.OwnerEmail)
+	if tok := principalFrom(r.Context()).token; tok != nil {
+		owner = tok.Owner // the registrar's owner is who registered it, whatever the body says
+	}
+	if len(owner) > 254 || strings.IndexFunc(owner, unprintable) >= 0 {
+		s.writeError(w, r, errorf(http.StatusBadRequest, codeBadRequest, "Field owner_email must be at most 254 printable characters."))
+		return
+	}
+	wk, token, err := s.store.RegisterScopedWorker(r.Context(), req.Hostname, req.Labels, scopes, owner)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

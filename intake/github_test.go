@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
+	"github.com/whilly-go/whilly/internal/fakegithub"
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
@@ -593,5 +595,36 @@ func TestDeliveriesHaveTheirOwnQueueAndOldOnesAreStillWorked(t *testing.T) {
 	e.idle()
 	if b := e.plan().Budget; b == nil || *b != 7_000_000 {
 		t.Errorf("after the old delivery's /whilly budget 7 the budget is %v, want 7", b)
+	}
+}
+
+// While GitHub is down the reconciler fails interval after interval; its jobs do not pile
+// up (each retried on its own backoff): at most one is waiting or running at a time, and
+// the next interval's run is its retry.
+func TestReconcileJobsDoNotPileUpWhileGitHubIsDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{reconcileEvery: time.Second})
+	e.gh.Fail(fakegithub.Fault{Path: `/app/hook/deliveries.*`, Status: 503})
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	queue.RunSchedules(ctx, e.river, slog.New(slog.DiscardHandler), []queue.Schedule{e.rec.Schedule()})
+	count := func(states string) int {
+		var n int
+		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND state::text = ANY(string_to_array($2, ','))`,
+			app.KindReconcile, states).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	most := 0
+	testkit.Eventually(t, 30*time.Second, "six reconciler runs", func() bool {
+		most = max(most, count("available,pending,running,retryable,scheduled"))
+		return count("available,pending,running,retryable,scheduled,completed,discarded,cancelled") >= 6
+	})
+	if n := count("discarded"); n < 4 {
+		t.Errorf("%d failed reconciler runs over six intervals, want each run but the last ended", n)
+	}
+	if most > 1 {
+		t.Errorf("%d reconciler jobs waiting at once while GitHub was down, want at most 1", most)
 	}
 }

@@ -81,6 +81,8 @@ type envOptions struct {
 	// and again after dispatchIdle (default 10 min) from the reconciler.
 	dispatch     bool
 	dispatchIdle time.Duration
+	// reconcileEvery is the reconciler's interval (default 5 min).
+	reconcileEvery time.Duration
 	// planner is WHILLY_PLANNER's agent, as intake sees it.
 	planner intake.Planner
 	// allowedOwners is WHILLY_GITHUB_ALLOWED_OWNERS.
@@ -150,6 +152,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.dispatch {
 		gcfg.Dispatch = &app.DispatchConfig{Idle: o.dispatchIdle}
 	}
+	gcfg.Reconcile.Interval = o.reconcileEvery
 	hooks := gcfg.Hooks(rc)
 	if o.analyzer != nil {
 		hooks.TaskFailed = func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error {

@@ -263,6 +263,9 @@ func TestFailingCheckBecomesAFixRound(t *testing.T) {
 	if out := e.outcome(id); !strings.HasPrefix(out, "round 2 of plan "+pi.ID) {
 		t.Fatalf("check suite outcome %q", out)
 	}
+	if ps := e.pulls(); !ps[0].Draft {
+		t.Error("the pull request is not a draft again after the failing check suite")
+	}
 	task := e.task(pi.ID, "pr-round-2")
 	for _, want := range []string{`### Check "test": failure`, "1 test failed", "notes.txt:2: failure: line 2 names no release",
 		"--- FAIL: TestNotes", "want a release name"} {

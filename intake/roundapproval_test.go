@@ -51,6 +51,7 @@ func TestFailingCheckUnderApprovalWaitsForTheNewDigest(t *testing.T) {
 	if after.Status != plan.PlanPaused || after.PauseReason != queue.PauseApproval {
 		t.Fatalf("plan after the failing suite: %s (%s); want PAUSED (approval)", after.Status, after.PauseReason)
 	}
+	testkit.Eventually(t, 20*time.Second, "the pull request a draft again while the round awaits approval", func() bool { return e.pulls()[0].Draft })
 	if e.runTask(e.worker("w1"), pi.ID, "0", false) {
 		t.Fatal("the fix task of an unapproved round was claimed")
 	}

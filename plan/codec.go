@@ -521,6 +521,16 @@ func (d *decoder) plan(obj map[string]any) *Plan {
 	p.Repo, _ = d.str(obj, -1, "repo")
 	d.checkKeys(obj, -1, "", planKeys, ignoredKeys)
 	p.Verify = d.verify(d.aliased(obj, "verify"))
+	p.Origin = d.kept(obj, "origin", "an object", func(v any) bool { _, ok := v.(map[string]any); return ok })
+	p.RepoTargets = d.kept(obj, "repo_targets", "a list of objects", func(v any) bool {
+		list, ok := v.([]any)
+		for _, e := range list {
+			if _, obj := e.(map[string]any); !obj {
+				return false
+			}
+		}
+		return ok
+	})
 
 	switch v := obj["tasks"].(type) {
 	case nil:
@@ -534,6 +544,25 @@ func (d *decoder) plan(obj map[string]any) *Plan {
 		d.fail(-1, "tasks", "must be an array, not %s", jsonType(v))
 	}
 	return p
+}
+
+// kept is the plan-level key of the Python system's that whilly keeps for the export
+// (keptKeys), as JSON, when its value is what, else a problem. Nil when it is absent or null.
+func (d *decoder) kept(obj map[string]any, key, what string, is func(any) bool) json.RawMessage {
+	v := obj[key]
+	if v == nil {
+		return nil
+	}
+	if !is(v) {
+		d.fail(-1, key, "must be %s, not %s", what, jsonType(v))
+		return nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		d.fail(-1, key, "%v", err)
+		return nil
+	}
+	return raw
 }
 
 // aliased is obj[key], or the value of the Python system's name for key (pythonKeys),
@@ -668,13 +697,15 @@ func (d *decoder) task(i int, v any) Task {
 
 // planFile, taskFile and verifyFile fix the key order of an encoded plan file.
 type planFile struct {
-	PlanID  string       `json:"plan_id"`
-	Project string       `json:"project"`
-	Budget  json.Number  `json:"budget_usd,omitempty"`
-	Strict  bool         `json:"strict,omitempty"`
-	Repo    string       `json:"repo,omitempty"`
-	Verify  []verifyFile `json:"verify,omitempty"`
-	Tasks   []taskFile   `json:"tasks"`
+	PlanID  string          `json:"plan_id"`
+	Project string          `json:"project"`
+	Budget  json.Number     `json:"budget_usd,omitempty"`
+	Strict  bool            `json:"strict,omitempty"`
+	Repo    string          `json:"repo,omitempty"`
+	Verify  []verifyFile    `json:"verify,omitempty"`
+	Origin  json.RawMessage `json:"origin,omitempty"`
+	Targets json.RawMessage `json:"repo_targets,omitempty"`
+	Tasks   []taskFile      `json:"tasks"`
 }
 
 type verifyFile struct {
@@ -699,15 +730,15 @@ type taskFile struct {
 
 // Encode writes p as a canonical plan file: fixed key order, two-space indent, a
 // trailing newline, every task field present (empty lists as []), status upper-case,
-// priority lower-case, budget_usd as an exact decimal and only when set, strict, repo
-// and verify only when set. It encodes p as Normalize would leave it, without changing
-// p. It does not validate: an export must get out whatever the store holds, even a plan
+// priority lower-case, budget_usd as an exact decimal and only when set, strict, repo,
+// verify and the Python system's origin and repo_targets only when set. It encodes p as
+// Normalize would leave it, without changing p. It does not validate: an export must get out whatever the store holds, even a plan
 // that needs fixing before it can be imported again.
 func Encode(p *Plan) ([]byte, error) {
 	c := *p
 	c.Tasks = slices.Clone(p.Tasks)
 	Normalize(&c)
-	f := planFile{PlanID: c.ID, Project: c.Name, Strict: c.Strict, Repo: c.Repo, Tasks: []taskFile{}}
+	f := planFile{PlanID: c.ID, Project: c.Name, Strict: c.Strict, Repo: c.Repo, Origin: c.Origin, Targets: c.RepoTargets, Tasks: []taskFile{}}
 	if c.Budget != nil {
 		f.Budget = json.Number(c.Budget.String())
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -508,7 +509,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatal("no trailing newline")
 			}
 			a, b := mustParse(t, in), mustParse(t, string(first))
-			a.Notes = nil // what the file had that an export leaves out
+			a.Notes, b.Notes = nil, nil // what the file had that an export leaves out, or says again
 			if !reflect.DeepEqual(a, b) {
 				t.Fatalf("Parse(Encode(p)) != p:\n%+v\n%+v", a, b)
 			}
@@ -639,6 +640,51 @@ func TestParseWithMaxAttempts(t *testing.T) {
 		}
 		if a, b := p.Tasks[0].MaxAttempts, p.Tasks[1].MaxAttempts; a != tc.wantA || b != 1 {
 			t.Errorf("MaxAttempts option %d: A=%d B=%d, want A=%d B=1", tc.option, a, b, tc.wantA)
+		}
+	}
+}
+
+// wizardExample is a plan file as the Python system's PRD wizard writes it: a phase and a
+// category on each task, the PRD and the agent's instructions on the plan, and the
+// Python system's origin and repository targets.
+const wizardExample = `{
+  "project": "Shop auth",
+  "prd_file": "/home/me/PRD-shop.md",
+  "agent_instructions": "Work in small commits.",
+  "origin": {"system": "prd_wizard", "ref": "PRD-shop.md", "decomposition_mode": "wizard"},
+  "repo_targets": [{"id": "github:acme/shop", "provider": "github", "repo_full_name": "acme/shop"}],
+  "tasks": [
+    {"id": "TASK-001", "phase": "1", "category": "infra", "priority": "high", "status": "pending",
+     "description": "Set up the project", "agent_instructions": "Use make.", "prd_file": "PRD-shop.md"},
+    {"id": "TASK-002", "phase": "1", "category": "test", "priority": "medium", "status": "pending",
+     "description": "Integration test of phase 1", "dependencies": ["TASK-001"]}
+  ]
+}`
+
+// A PRD wizard's file imports as it is, with a note for each key whilly reads past; its
+// origin and repository targets come out of the export as they went in.
+func TestParsePythonWizardFile(t *testing.T) {
+	t.Parallel()
+	p := mustParse(t, wizardExample)
+	for _, want := range []string{`the plan: key "prd_file" ignored`, `the plan: key "agent_instructions" ignored`,
+		`task #1: key "phase" ignored`, `task #1: key "category" ignored`, `task #1: key "agent_instructions" ignored`,
+		`task #1: key "prd_file" ignored`, `task #2: key "phase" ignored`} {
+		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.HasPrefix(n, want) }) {
+			t.Errorf("no note %q in %q", want, p.Notes)
+		}
+	}
+	out := string(mustEncode(t, p))
+	for _, want := range []string{`"origin": {`, `"decomposition_mode": "wizard"`, `"repo_targets": [`, `"repo_full_name": "acme/shop"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("export lacks %s:\n%s", want, out)
+		}
+	}
+	if again := string(mustEncode(t, mustParse(t, out))); again != out {
+		t.Errorf("export is not byte-stable:\n%s\n---\n%s", out, again)
+	}
+	for _, bad := range []string{`{"project": "x", "origin": "issue 12", "tasks": []}`, `{"project": "x", "repo_targets": {"id": "a"}, "tasks": []}`} {
+		if _, err := Parse([]byte(bad)); err == nil {
+			t.Errorf("Parse(%s) took an origin that is not an object or targets that are not a list", bad)
 		}
 	}
 }

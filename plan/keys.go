@@ -23,21 +23,41 @@ var (
 
 	// pythonKeys maps a Python plan key to whilly's (plan level).
 	pythonKeys = map[string]string{"verification_commands": "verify"}
-	// ignoredKeys are Python plan keys whilly reads past, with the reason it says.
-	ignoredKeys = map[string]string{
-		"repo_targets": `whilly runs a plan in one repository: set "repo" to owner/name instead`,
-		"origin":       "whilly records where a plan came from itself (its GitHub issue, or the import)",
+	// keptKeys are Python plan keys whilly has no use for but keeps as they are, to write
+	// them back in an export (Plan.Origin, Plan.RepoTargets), with the note it gives.
+	keptKeys = map[string]string{
+		"repo_targets": `kept for the export; whilly runs a plan in one repository: set "repo" to owner/name`,
+		"origin":       "kept for the export; whilly records where a plan came from itself (its GitHub issue, or the import)",
 	}
-	ignoredTaskKeys = map[string]string{
+	// wizardKeys are what the Python system's PRD wizard writes on a plan or a task, which
+	// the Python system read past too.
+	wizardKeys = map[string]string{
+		"phase":              "whilly orders tasks by their dependencies and priority",
+		"category":           `whilly has no task categories: use "labels"`,
+		"prd_file":           "whilly does not read the PRD: the tasks carry the work",
+		"agent_instructions": "whilly gives the agent its own instructions; put what the task needs in its description",
+	}
+	// ignoredKeys are Python plan keys whilly reads past, with the reason it says.
+	ignoredKeys     = merged(keptKeys, wizardKeys)
+	ignoredTaskKeys = merged(map[string]string{
 		"repo_target_id": `a task runs in its plan's "repo"`,
 		"version":        "whilly keeps each task's version itself",
-	}
+	}, wizardKeys)
 	// ignoredVerifyKeys are keys of the Python system's verification commands.
 	ignoredVerifyKeys = map[string]string{
 		"source":              "whilly runs every verify command in the workspace after the agent",
 		"repair_max_attempts": "a failed verify command fails the attempt; the task's max_attempts bounds the retries",
 	}
 )
+
+// merged is the union of maps (none sharing a key).
+func merged(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		maps.Copy(out, m)
+	}
+	return out
+}
 
 // unknownKey is the message for a key that is not in known, with a suggestion when one
 // known key is within two edits of it.

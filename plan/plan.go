@@ -6,6 +6,7 @@
 package plan
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -185,6 +186,11 @@ type Plan struct {
 	Repo   string // owner/name, optional
 	Verify []Verify
 	Tasks  []Task
+	// Origin and RepoTargets are the Python system's "origin" (an object) and
+	// "repo_targets" (a list of objects) as the file gave them: whilly does not use them,
+	// and writes them back in an export. Nil when the file has none.
+	Origin      json.RawMessage
+	RepoTargets json.RawMessage
 	// Notes says what Parse read past and why (keys of the Python system's files that
 	// whilly has no use for, keys it mapped): for the reader to show. Never stored.
 	Notes []string

@@ -73,7 +73,9 @@ WITH w AS (
 ), ev AS (
 	INSERT INTO events (plan_id, task_id, type, payload)
 	SELECT plan_id, id, 'CLAIM', jsonb_build_object('worker_id', claimed_by, 'attempt', attempts,
-		'lease_expires_at', lease_expires_at, 'lease_id', lease_id)
+		'lease_expires_at', lease_expires_at, 'lease_id', lease_id) ||
+		coalesce((SELECT jsonb_build_object('owner_email', k.owner_email) FROM workers k
+			WHERE k.id = claimed_by AND k.owner_email IS NOT NULL), '{}')
 	FROM claimed
 )
 SELECT c.*, ` + planColumnsNoCounts + `

@@ -114,6 +114,9 @@ type Worker struct {
 	RegisteredAt  time.Time  `json:"registered_at"`
 	RevokedAt     *time.Time `json:"revoked_at,omitempty"`
 	Scopes        Scopes     `json:"scopes"` // empty: every plan
+	// OwnerEmail is the operator who registered the worker: its bootstrap token's owner,
+	// or what the registration said. Carried in the worker's CLAIM events.
+	OwnerEmail string `json:"owner_email,omitempty"`
 }
 
 // APIToken is an admin, read or registrar token (the secret itself is never stored).

@@ -121,11 +121,13 @@ func importTx(ctx context.Context, tx pgx.Tx, p *plan.Plan, opts ImportOptions) 
 		return res, fmt.Errorf("encode verify commands: %w", err)
 	}
 	tag, err := tx.Exec(ctx, `
-		INSERT INTO plans (id, name, budget_usd, strict, repo, verify, github_issue_ref, installation_id, status, pause_reason)
+		INSERT INTO plans (id, name, budget_usd, strict, repo, verify, github_issue_ref, installation_id, status, pause_reason,
+			origin, repo_targets)
 		VALUES ($1, $2, $3::numeric, $4, NULLIF($5, ''), $6, NULLIF($7, ''), NULLIF($8, 0),
-			CASE WHEN $9 = '' THEN 'ACTIVE' ELSE 'PAUSED' END, NULLIF($9, ''))
+			CASE WHEN $9 = '' THEN 'ACTIVE' ELSE 'PAUSED' END, NULLIF($9, ''), NULLIF($10, '')::jsonb, NULLIF($11, '')::jsonb)
 		ON CONFLICT (id) DO NOTHING`,
-		p.ID, p.Name, usdParam(p.Budget), p.Strict, p.Repo, verify, opts.GitHubIssueRef, opts.InstallationID, opts.PauseReason)
+		p.ID, p.Name, usdParam(p.Budget), p.Strict, p.Repo, verify, opts.GitHubIssueRef, opts.InstallationID, opts.PauseReason,
+		string(p.Origin), string(p.RepoTargets))
 	if err != nil {
 		if isUniqueViolation(err) {
 			return res, fmt.Errorf("import plan %s: issue %s already has a live plan: %w", p.ID, opts.GitHubIssueRef, ErrConflict)

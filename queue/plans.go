@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -212,6 +213,16 @@ func (s *Store) Export(ctx context.Context, planID string) (*plan.Plan, error) {
 		return nil, err
 	}
 	p := &plan.Plan{ID: pi.ID, Name: pi.Name, Budget: pi.Budget, Strict: pi.Strict, Repo: pi.Repo, Verify: pi.Verify}
+	var origin, targets *string
+	if err := s.pool.QueryRow(ctx, `SELECT origin::text, repo_targets::text FROM plans WHERE id = $1`, planID).Scan(&origin, &targets); err != nil {
+		return nil, fmt.Errorf("read origin of plan %s: %w", planID, err)
+	}
+	if origin != nil {
+		p.Origin = json.RawMessage(*origin)
+	}
+	if targets != nil {
+		p.RepoTargets = json.RawMessage(*targets)
+	}
 	for _, t := range tasks {
 		p.Tasks = append(p.Tasks, t.Task())
 	}

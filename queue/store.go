@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,20 @@ var (
 	// ErrConflict: the row exists but is not in a state that allows the change.
 	ErrConflict = errors.New("conflict")
 )
+
+// WithoutClass is an error's message for people: without the words of the error class it
+// ends with (": conflict", ": invalid request"), which tell the code what kind of error
+// it is and say nothing to a reader of the sentence before them. A message that only
+// names a thing keeps ": not found".
+func WithoutClass(msg string) string {
+	msg = strings.TrimSpace(msg)
+	for _, class := range []error{ErrConflict, ErrInvalid, ErrForbidden, ErrStaleDigest} {
+		if m, ok := strings.CutSuffix(msg, ": "+class.Error()); ok {
+			return m
+		}
+	}
+	return msg
+}
 
 // Config tunes the store. Zero values take the defaults.
 type Config struct {

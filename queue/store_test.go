@@ -117,6 +117,43 @@ func TestImportIsIdempotentAndRoundTripsByteForByte(t *testing.T) {
 	}
 }
 
+// The Python system's origin and repository targets of an imported file come out of
+// the export as they went in; a plan without them exports without them.
+func TestExportKeepsThePythonOriginAndTargets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _ := newStore(t)
+	const doc = `{"plan_id": "py", "project": "From Python", "phase": "1",
+	  "origin": {"system": "prd_wizard", "ref": "PRD.md", "n": 1.50},
+	  "repo_targets": [{"id": "github:acme/shop", "provider": "github", "repo_full_name": "acme/shop"}],
+	  "tasks": [{"id": "TASK-001", "phase": "1", "category": "infra", "priority": "high", "status": "pending", "description": "Set up"}]}`
+	if _, err := st.Import(ctx, mustParse(t, doc), queue.ImportOptions{}); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	out := exportBytes(t, st, "py")
+	p, err := plan.Parse(out)
+	if err != nil {
+		t.Fatalf("parse export: %v\n%s", err, out)
+	}
+	var origin map[string]any
+	var targets []map[string]any
+	if err := json.Unmarshal(p.Origin, &origin); err != nil || origin["system"] != "prd_wizard" || origin["ref"] != "PRD.md" || origin["n"] != 1.5 {
+		t.Errorf("exported origin %s (%v)", p.Origin, err)
+	}
+	if err := json.Unmarshal(p.RepoTargets, &targets); err != nil || len(targets) != 1 || targets[0]["repo_full_name"] != "acme/shop" {
+		t.Errorf("exported repo_targets %s (%v)", p.RepoTargets, err)
+	}
+	if again := exportBytes(t, st, "py"); !bytes.Equal(out, again) {
+		t.Errorf("export is not byte-stable:\n%s\n---\n%s", out, again)
+	}
+	if _, err := st.Import(ctx, mustParse(t, shopPlan), queue.ImportOptions{}); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if out := exportBytes(t, st, "shop-auth"); bytes.Contains(out, []byte(`"origin"`)) || bytes.Contains(out, []byte(`"repo_targets"`)) {
+		t.Errorf("a plan without an origin exports one:\n%s", out)
+	}
+}
+
 func exportBytes(t testing.TB, st *queue.Store, id string) []byte {
 	t.Helper()
 	p, err := st.Export(context.Background(), id)

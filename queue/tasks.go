@@ -42,8 +42,12 @@ func (s *Store) RemoveTask(ctx context.Context, planID, taskID, by string) error
 			return fmt.Errorf("find dependents of task %s of plan %s: %w", taskID, planID, err)
 		}
 		if len(dependents) > 0 {
-			return fmt.Errorf("task %s of plan %s cannot be removed: %s depend on it: %w",
-				taskID, planID, strings.Join(dependents, ", "), ErrConflict)
+			verb := "depend"
+			if len(dependents) == 1 {
+				verb = "depends"
+			}
+			return fmt.Errorf("task %s of plan %s cannot be removed: %s %s on it: %w",
+				taskID, planID, strings.Join(dependents, ", "), verb, ErrConflict)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM tasks WHERE plan_id = $1 AND id = $2`, planID, taskID); err != nil {
 			return fmt.Errorf("remove task %s of plan %s: %w", taskID, planID, err)

@@ -47,22 +47,23 @@ func randomID(prefix string) (string, error) {
 	return prefix + hex.EncodeToString(b), nil
 }
 
-const workerColumns = `id, hostname, labels, status, last_heartbeat, registered_at, revoked_at, scopes`
+const workerColumns = `id, hostname, labels, status, last_heartbeat, registered_at, revoked_at, scopes, coalesce(owner_email, '')`
 
 func scanWorker(r pgx.Row) (Worker, error) {
 	var w Worker
-	err := r.Scan(&w.ID, &w.Hostname, &w.Labels, &w.Status, &w.LastHeartbeat, &w.RegisteredAt, &w.RevokedAt, &w.Scopes)
+	err := r.Scan(&w.ID, &w.Hostname, &w.Labels, &w.Status, &w.LastHeartbeat, &w.RegisteredAt, &w.RevokedAt, &w.Scopes, &w.OwnerEmail)
 	return w, err
 }
 
 // RegisterWorker creates an unscoped worker and returns it with its token, shown this once.
 func (s *Store) RegisterWorker(ctx context.Context, hostname string, labels []string) (Worker, string, error) {
-	return s.RegisterScopedWorker(ctx, hostname, labels, nil)
+	return s.RegisterScopedWorker(ctx, hostname, labels, nil, "")
 }
 
 // RegisterScopedWorker creates a worker limited to scopes (normalised, see ParseScopes;
-// empty: every plan) and returns it with its token, shown this once.
-func (s *Store) RegisterScopedWorker(ctx context.Context, hostname string, labels []string, scopes Scopes) (Worker, string, error) {
+// empty: every plan), registered by the operator ownerEmail ("" when unknown), and
+// returns it with its token, shown this once.
+func (s *Store) RegisterScopedWorker(ctx context.Context, hostname string, labels []string, scopes Scopes, ownerEmail string) (Worker, string, error) {
 	hostname = strings.TrimSpace(hostname)
 	if hostname == "" || len(hostname) > 255 {
 		return Worker{}, "", fmt.Errorf("hostname must be 1 to 255 characters: %w", ErrInvalid)
@@ -81,8 +82,9 @@ func (s *Store) RegisterScopedWorker(ctx context.Context, hostname string, label
 		return Worker{}, "", err
 	}
 	token := workerTokenPrefix + secret
-	w, err := scanWorker(s.pool.QueryRow(ctx, `INSERT INTO workers (id, hostname, token_hash, labels, last_heartbeat, scopes)
-		VALUES ($1, $2, $3, $4, now(), $5) RETURNING `+workerColumns, id, hostname, hashToken(token), nonNil(labels), scopes.Strings()))
+	w, err := scanWorker(s.pool.QueryRow(ctx, `INSERT INTO workers (id, hostname, token_hash, labels, last_heartbeat, scopes, owner_email)
+		VALUES ($1, $2, $3, $4, now(), $5, NULLIF($6, '')) RETURNING `+workerColumns, id, hostname, hashToken(token), nonNil(labels), scopes.Strings(),
+		strings.TrimSpace(ownerEmail)))
 	if err != nil {
 		return Worker{}, "", fmt.Errorf("register worker: %w", err)
 	}

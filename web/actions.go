@@ -62,10 +62,7 @@ func (h *Handler) actionError(w http.ResponseWriter, r *http.Request, err error)
 
 // sentence makes a wrapped queue error a sentence without its sentinel's words.
 func sentence(err error) string {
-	msg := err.Error()
-	for _, s := range []error{queue.ErrNotFound, queue.ErrConflict, queue.ErrInvalid, queue.ErrForbidden, queue.ErrStaleDigest} {
-		msg = strings.TrimSuffix(msg, ": "+s.Error())
-	}
+	msg := strings.TrimSuffix(queue.WithoutClass(err.Error()), ": "+queue.ErrNotFound.Error())
 	if msg == "" {
 		return "That cannot be done."
 	}

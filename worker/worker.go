@@ -851,6 +851,9 @@ func failureOf(res agent.Result, runErr error) client.FailRequest {
 		Output: failOutput(res, runErr)}
 }
 
+// maxFailLines is how many of the last lines the agent printed a failure keeps.
+const maxFailLines = 20
+
 // failOutput is what the next attempt is told of this one's failure: the error, the
 // agent's own account of it, and the tail of its output, redacted and bounded.
 func failOutput(res agent.Result, runErr error) string {
@@ -861,10 +864,25 @@ func failOutput(res agent.Result, runErr error) string {
 	if res.Detail != "" {
 		parts = append(parts, res.Detail)
 	}
-	if res.Excerpt != "" && res.Excerpt != res.Detail {
-		parts = append(parts, "The end of its output:\n"+res.Excerpt)
+	if tail := lastPlainLines(res.Excerpt, maxFailLines); tail != "" && tail != res.Detail {
+		parts = append(parts, "The end of its output:\n"+tail)
 	}
 	return storable(bounded(strings.Join(parts, "\n\n"), client.MaxFailOutput))
+}
+
+// lastPlainLines is the last n non-blank lines of out that are not JSON objects: an agent
+// CLI's JSON (its result, usage counters, session and run ids) was read into the
+// result's detail already; what else it printed, its stderr above all, is kept.
+func lastPlainLines(out string, n int) string {
+	var keep []string
+	for l := range strings.SplitSeq(out, "\n") {
+		t := strings.TrimSpace(l)
+		if t == "" || strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	return strings.Join(keep[max(len(keep)-n, 0):], "\n")
 }
 
 // storable is agent.Storable without the flag: a failure's text is evidence, kept as

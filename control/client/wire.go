@@ -21,6 +21,9 @@ type RegisterRequest struct {
 	// Scopes narrow the worker to installation:ID, repo:OWNER/NAME or plan:ID (SPEC §10).
 	// Empty: the registrar's own scopes. A scoped registrar refuses wider ones (403).
 	Scopes []string `json:"scopes,omitempty"`
+	// OwnerEmail is the operator registering the worker; the owner of a minted bootstrap
+	// token overrides it.
+	OwnerEmail string `json:"owner_email,omitempty"`
 }
 
 // RegisterResponse carries the new worker's id and its token, shown this once.

@@ -150,7 +150,7 @@ func E2E(ctx context.Context, s Setup, o E2EOptions) (E2EResult, error) {
 		p := &proc{done: make(chan struct{})}
 		p.cmd = exec.CommandContext(runCtx, o.WorkerBin, "--plan", id, "--drain")
 		p.cmd.Env = workerEnv(append([]string{"WHILLY_AGENT=sim", "WHILLY_CONTROL_URL=" + e.base, "WHILLY_WORKER_TOKEN=" + w.token,
-			"WHILLY_WORKER_ID=" + w.id, "WHILLY_SIM_DELAY=" + o.SimDelay.String()}, o.AgentEnv...)...)
+			"WHILLY_WORKER_ID=" + w.id, "WHILLY_SIM_DELAY=" + o.SimDelay.String(), "WHILLY_SIM_COST=0"}, o.AgentEnv...)...)
 		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
 		p.cmd.WaitDelay = 5 * time.Second
 		if err := p.cmd.Start(); err != nil {

@@ -173,8 +173,8 @@ func Vars() []Var {
 			Doc:         "per-model token prices (JSON, USD per million tokens: `{\"models\": {\"gpt-5-codex\": {\"input\": 1.25, \"cached_input\": 0.125, \"output\": 10}}}`) that extend and override the built-in table; codex's tokens are charged at them, marked estimated"},
 		{Name: SimDelay, Section: secAgent, Kind: KindDuration, Default: "0", ZeroOK: true, Commands: []Command{Worker},
 			Doc: "`sim` agent of whilly-worker: how long each attempt takes"},
-		{Name: SimCost, Section: secAgent, Kind: KindUSD, Default: "0", Commands: []Command{Worker},
-			Doc: "`sim` agent of whilly-worker: USD each attempt costs"},
+		{Name: SimCost, Section: secAgent, Kind: KindUSD, Default: "0.02", Commands: []Command{Worker, Run},
+			Doc: "`sim` agent of whilly-worker and `whilly run` (`--sim-cost` wins): USD each attempt costs"},
 		{Name: SimFailRate, Section: secAgent, Kind: KindNumber, Default: "0", Min: 0, Max: 1, Commands: []Command{Worker},
 			Doc: "`sim` agent of whilly-worker: share of attempts that fail"},
 

@@ -12,7 +12,7 @@ import (
 )
 
 // Feed follows the control plane's event stream and sends the model what it needs:
-// past events of the plan (a backfill, with PlanID set), StreamLiveMsg each time the
+// past events of the plan, or of every plan without one (a backfill), StreamLiveMsg each time the
 // stream opens, EventMsg per event, StreamDownMsg when it breaks. It reconnects with
 // backoff and the id of the last event it saw, so a control plane that restarts costs a
 // few seconds and no events.
@@ -23,8 +23,8 @@ type Feed struct {
 	MinBackoff, MaxBackoff time.Duration
 }
 
-// backfillPages bounds the backfill: a plan with more events than this many pages of
-// 1000 starts from the live stream instead.
+// backfillPages bounds the backfill: a log (the plan's, or the whole one) with more
+// events than this many pages of 1000 starts from the live stream instead.
 const backfillPages = 20
 
 // Run follows the stream until ctx ends; send must not block for long (tea.Program.Send).
@@ -121,12 +121,10 @@ func (f Feed) stream(ctx context.Context, last int64, send func(tea.Msg), saw fu
 	})
 }
 
-// backfill sends the plan's most recent events and returns the id to stream after; 0
-// (live from now) without a plan, on error, or when the plan's log is too long to page.
+// backfill sends the most recent events of the plan (of every plan without one) and
+// returns the id to stream after; 0 (live from now) on error, or when the log is too long
+// to page.
 func (f Feed) backfill(ctx context.Context, send func(tea.Msg)) int64 {
-	if f.PlanID == "" {
-		return 0
-	}
 	var evs []client.Event
 	var after int64
 	for range backfillPages {

@@ -193,3 +193,32 @@ func TestFeedBackfillsThePlanThenStreamsAfterIt(t *testing.T) {
 		t.Errorf("the stream started after %q, want 1200", got)
 	}
 }
+
+// Without a plan the dashboard shows every plan's recent events from the start, as with
+// one: the backfill reads the whole log (bounded as for a plan), then streams after it.
+func TestFeedBackfillsEveryPlanWithoutAPlan(t *testing.T) {
+	t.Parallel()
+	s := &sseServer{}
+	for i := range 30 {
+		s.events = append(s.events, client.Event{ID: int64(i + 1), Type: "progress.step", PlanID: []string{"p", "q"}[i%2]})
+	}
+	s.scripts = []func(http.ResponseWriter, *http.Request){func(w http.ResponseWriter, r *http.Request) {
+		openStream(w)
+		frame(w, client.Event{ID: 31, Type: "COMPLETE", PlanID: "q"})
+		<-r.Context().Done()
+	}}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	msgs := follow(t, srv, "")
+
+	back, ok := next(t, msgs).(EventsMsg)
+	if !ok || len(back.Events) != 30 || back.Events[0].PlanID != "p" || back.Events[29].PlanID != "q" {
+		t.Fatalf("backfill = %+v (ok %v), want the 30 events of both plans", back, ok)
+	}
+	if _, ok := next(t, msgs).(StreamLiveMsg); !ok {
+		t.Fatal("no StreamLiveMsg after the backfill")
+	}
+	if got := s.connections(); len(got) != 1 || got[0] != "30" {
+		t.Errorf("the stream started after %q, want 30", got)
+	}
+}

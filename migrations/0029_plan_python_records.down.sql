@@ -1,0 +1,1 @@
+ALTER TABLE plans DROP COLUMN origin, DROP COLUMN repo_targets;
