@@ -197,6 +197,10 @@ func TestAnImportWalksTheClaimOrderOnceForItsBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// With statistics (autovacuum may have gathered them) the plan differs: hold to them.
+	if _, err := pool.Exec(ctx, `ANALYZE tasks`); err != nil {
+		t.Fatal(err)
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -210,17 +214,33 @@ func TestAnImportWalksTheClaimOrderOnceForItsBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	walks := 0
-	for _, l := range lines {
+	// The walk belongs to the materialized share_base, which runs once: inside it the
+	// planner may probe the index once per live plan (with statistics it does), but it
+	// never runs again for each row of the batch.
+	base, next, walks := -1, len(lines), 0
+	for i, l := range lines {
+		switch trimmed := strings.TrimSpace(l); {
+		case trimmed == "CTE share_base":
+			base = i
+		case base >= 0 && next == len(lines) && i > base && strings.HasPrefix(trimmed, "CTE ") && indent(l) == indent(lines[base]):
+			next = i
+		}
+	}
+	if base < 0 || base+1 >= len(lines) || !strings.Contains(lines[base+1], "loops=1)") {
+		t.Fatalf("the import's share_base is not materialized once:\n%s", strings.Join(lines, "\n"))
+	}
+	for i, l := range lines {
 		if !strings.Contains(l, "tasks_claim_fair") {
 			continue
 		}
 		walks++
-		if !strings.Contains(l, "loops=1)") {
-			t.Errorf("an import's walk of the claim order ran more than once: %q\n%s", strings.TrimSpace(l), strings.Join(lines, "\n"))
+		if i < base || i > next {
+			t.Errorf("an import walks the claim order outside share_base, once for each row: %q\n%s", strings.TrimSpace(l), strings.Join(lines, "\n"))
 		}
 	}
 	if walks == 0 {
 		t.Fatalf("the import does not walk tasks_claim_fair:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+func indent(l string) int { return len(l) - len(strings.TrimLeft(l, " ")) }
