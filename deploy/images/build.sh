@@ -131,7 +131,7 @@ commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 mkdir -p "$cache/go-mod" "$cache/go-build" "$cache/npm"
 build() { # build NAME IMAGE
   say "build $2"
-  buildah bud --quiet --layers --force-rm --isolation chroot \
+  buildah bud --quiet --layers --force-rm --isolation chroot --format docker \
     -f "deploy/docker/$1.Dockerfile" --ignorefile "deploy/docker/$1.Dockerfile.dockerignore" \
     --build-arg GO_IMAGE="$go_base" --build-arg NODE_IMAGE="$node_base" \
     --build-arg VERSION="$version" --build-arg COMMIT="$commit" \
@@ -175,19 +175,20 @@ mkdir -p "$cache/apt-archives/partial"
 buildah run --isolation chroot --user 0:0 -v "$cache/apt-archives:/var/cache/apt/archives" "$c" -- sh -c \
   'apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null' ||
   die "installing postgresql in a scratch container of $serve_image"
+# The poll runs inside the container, so that serve (and its PostgreSQL) stop with it.
 port="${WHILLY_IMAGES_PORT:-18765}"
-log="$cache/serve-check.log"
-buildah run --isolation chroot "$c" -- sh -c \
-  "WHILLY_LISTEN=127.0.0.1:$port exec whilly serve" >"$log" 2>&1 &
-serve_pid=$!
-ready=""
-for _ in $(seq 1 120); do
-  if curl -fsS -o /dev/null "http://127.0.0.1:$port/readyz" 2>/dev/null; then ready=1; break; fi
-  kill -0 "$serve_pid" 2>/dev/null || break
-  sleep 1 # polling a process in another root: no event to wait on
-done
-kill -INT "$serve_pid" 2>/dev/null || true
-wait "$serve_pid" 2>/dev/null || true
-[ -n "$ready" ] || { cat "$log" >&2; die "$serve_image: whilly serve did not answer /readyz on 127.0.0.1:$port"; }
+# shellcheck disable=SC2016 # the script is the container's, its $ are its own
+buildah run --isolation chroot "$c" -- sh -c '
+  WHILLY_LISTEN="127.0.0.1:$1" whilly serve >/tmp/serve.log 2>&1 &
+  pid=$!
+  ready=""
+  for _ in $(seq 1 120); do
+    if curl -fsS -o /dev/null "http://127.0.0.1:$1/readyz" 2>/dev/null; then ready=1; break; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 1 # serve says nothing when it is ready: poll
+  done
+  kill -INT "$pid" 2>/dev/null; wait "$pid"
+  [ -n "$ready" ] || { cat /tmp/serve.log; exit 1; }' sh "$port" >&2 ||
+  die "$serve_image: whilly serve did not answer /readyz on 127.0.0.1:$port (its log above)"
 say "ok  whilly-serve:$tag: whilly serve answers /readyz on its embedded database"
 say "done: $serve_image, $worker_image"
