@@ -188,6 +188,8 @@ buildah run --isolation chroot "$c" -- sh -c '
     sleep 1 # serve says nothing when it is ready: poll
   done
   kill -INT "$pid" 2>/dev/null; wait "$pid"
+  # The embedded cluster outlives serve (the next whilly command reuses it): stop it.
+  whilly db stop || true
   [ -n "$ready" ] || { cat /tmp/serve.log; exit 1; }' sh "$port" >&2 ||
   die "$serve_image: whilly serve did not answer /readyz on 127.0.0.1:$port (its log above)"
 say "ok  whilly-serve:$tag: whilly serve answers /readyz on its embedded database"
