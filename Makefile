@@ -13,7 +13,7 @@ LDFLAGS   := -X $(VPKG).version=$(VERSION) -X $(VPKG).commit=$(COMMIT) -X $(VPKG
 PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST      := dist
 
-.PHONY: help build release print-ldflags test test-deploy test-short lint bench demo clean docs screenshot
+.PHONY: help build release print-ldflags test test-deploy test-short lint bench demo clean docs screenshot images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ release: ## static binaries for linux and darwin (amd64, arm64) in dist/, with S
 	  rm -rf $(DIST)/$$name; \
 	done
 	cd $(DIST) && sha256sum *.tar.gz > SHA256SUMS && cat SHA256SUMS
+
+images: ## build the serve and worker images with buildah from local Debian bases and run their checks (root)
+	deploy/images/build.sh
 
 print-ldflags: # the -ldflags of build and release (used by internal/version's test)
 	@echo '$(LDFLAGS)'

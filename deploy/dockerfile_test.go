@@ -20,6 +20,7 @@ type dockerfile struct {
 
 type stage struct {
 	image, name  string
+	from         string // the FROM word as written, before expansion
 	instructions []instruction
 }
 
@@ -76,7 +77,7 @@ func parseDockerfile(t *testing.T, path string) dockerfile {
 				}
 			}
 		case "from":
-			st := stage{image: expand(words[0])}
+			st := stage{image: expand(words[0]), from: words[0]}
 			if len(words) == 3 && strings.EqualFold(words[1], "as") {
 				st.name = words[2]
 			}
@@ -206,6 +207,13 @@ func TestServeDockerfile(t *testing.T) {
 	if !strings.Contains(strings.Join(final.find("env")[0].args, " "), "0.0.0.0:8000") {
 		t.Error("serve image does not listen on 0.0.0.0:8000")
 	}
+	// The planner and the failure analyzer run their agent in bubblewrap, like a worker's.
+	checkAgentBox(t, d, final, []string{"bubblewrap", "git", "ca-certificates"}, []string{"@anthropic-ai/claude-code"})
+	// Claude Code at the worker's version: one pin for both images.
+	worker := parseDockerfile(t, "docker/worker.Dockerfile")
+	if got, want := d.args["CLAUDE_CODE_VERSION"], worker.args["CLAUDE_CODE_VERSION"]; got != want {
+		t.Errorf("serve image pins Claude Code %s, the worker image %s", got, want)
+	}
 	checkGoImage(t, d)
 }
 
@@ -213,16 +221,9 @@ func TestWorkerDockerfile(t *testing.T) {
 	t.Parallel()
 	d := parseDockerfile(t, "docker/worker.Dockerfile")
 	final := checkFinalStage(t, d)
-	var apt string
-	for _, run := range final.find("run") {
-		apt += strings.Join(run.args, " ")
-	}
 	// The box is a development environment: the common toolchains are in the image.
-	for _, pkg := range []string{"bubblewrap", "git", "ca-certificates", "python3", "python3-pip", "python3-venv", "build-essential"} {
-		if !regexp.MustCompile(`apt-get install [^&]*\b` + pkg + `\b`).MatchString(apt) {
-			t.Errorf("the worker image does not install %s", pkg)
-		}
-	}
+	checkAgentBox(t, d, final, []string{"bubblewrap", "git", "ca-certificates", "python3", "python3-pip", "python3-venv", "build-essential"},
+		[]string{"@anthropic-ai/claude-code", "@openai/codex"})
 	goCopied := false
 	for _, c := range final.find("copy") {
 		goCopied = goCopied || slices.Contains(c.args, "/usr/local/go")
@@ -234,20 +235,81 @@ func TestWorkerDockerfile(t *testing.T) {
 	if !goCopied || !strings.Contains(env, "/usr/local/go/bin") {
 		t.Errorf("the worker image does not ship Go on its PATH (copied: %v, env: %s)", goCopied, env)
 	}
+	checkGoImage(t, d)
+}
+
+// checkAgentBox: the final stage installs the Debian packages apt and exactly the npm
+// packages npm (the agent CLIs, pinned by imageProblems), on a Node the CLIs run on, and
+// names the claude binary in CLAUDE_BIN.
+func checkAgentBox(t *testing.T, d dockerfile, final stage, apt, npm []string) {
+	t.Helper()
+	var runs string
+	for _, run := range final.find("run") {
+		runs += strings.Join(run.args, " ")
+	}
+	for _, pkg := range apt {
+		if !regexp.MustCompile(`apt-get install [^&]*\b` + pkg + `\b`).MatchString(runs) {
+			t.Errorf("%s: the image does not install %s", d.path, pkg)
+		}
+	}
 	pkgs := npmPackages(final)
 	var names []string
 	for _, p := range pkgs {
 		names = append(names, p[:max(strings.LastIndex(p, "@"), 0)])
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"@anthropic-ai/claude-code", "@openai/codex"}) {
-		t.Errorf("npm packages = %v, want claude-code and codex", pkgs)
+	if !slices.Equal(names, npm) {
+		t.Errorf("%s: npm packages = %v, want %v", d.path, pkgs, npm)
 	}
 	// Claude Code 2.1 needs Node >= 22.
-	if m := regexp.MustCompile(`^node:(\d+)\.`).FindStringSubmatch(final.image); m == nil || m[1] < "22" {
-		t.Errorf("worker base %s: Claude Code needs Node >= 22", final.image)
+	if m := regexp.MustCompile(`^node:(\d+)\.`).FindStringSubmatch(final.image); m == nil || len(m[1]) < 2 || m[1] < "22" {
+		t.Errorf("%s: final base %s: Claude Code needs Node >= 22", d.path, final.image)
 	}
-	checkGoImage(t, d)
+	if got := envValue(final, "CLAUDE_BIN"); got != "/usr/local/bin/claude" {
+		t.Errorf("%s: ENV CLAUDE_BIN=%q, want /usr/local/bin/claude", d.path, got)
+	}
+}
+
+// envValue is the last value the stage's ENV instructions give name (the parser gives
+// each as name, value, "=").
+func envValue(s stage, name string) string {
+	var v string
+	for _, e := range s.find("env") {
+		for i := 0; i+1 < len(e.args); i += 3 {
+			if e.args[i] == name {
+				v = e.args[i+1]
+			}
+		}
+	}
+	return v
+}
+
+// Every base is a build argument with a pinned default, and `make images` (which has no
+// registry to pull from) passes each of them its local base.
+func TestDockerfileBasesAreBuildArgs(t *testing.T) {
+	t.Parallel()
+	script := repoFile(t, "deploy/images/build.sh")
+	for _, path := range []string{"docker/serve.Dockerfile", "docker/worker.Dockerfile"} {
+		d := parseDockerfile(t, path)
+		names := map[string]bool{}
+		for _, st := range d.stages {
+			if names[st.from] {
+				continue // FROM an earlier stage
+			}
+			names[st.name] = true
+			m := regexp.MustCompile(`^\$\{([A-Z_]+)\}$`).FindStringSubmatch(st.from)
+			if m == nil {
+				t.Errorf("%s: FROM %s is hard-wired: make it a build argument (ARG NAME=default, FROM ${NAME})", path, st.from)
+				continue
+			}
+			if d.args[m[1]] == "" {
+				t.Errorf("%s: FROM ${%s} has no default", path, m[1])
+			}
+			if !strings.Contains(script, "--build-arg "+m[1]+"=") {
+				t.Errorf("deploy/images/build.sh does not pass %s (the base of %s) a local base", m[1], path)
+			}
+		}
+	}
 }
 
 // checkGoImage: the build stage's Go is at least the go directive of whilly's go.mod.

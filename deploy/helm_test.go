@@ -250,7 +250,7 @@ func TestChartDefaults(t *testing.T) {
 		t.Error("the migrate init container has no WHILLY_DATABASE_URL")
 	}
 	c := container(t, spec, "serve")
-	if c.Image != "whilly-serve:"+loadChart(t).Metadata.AppVersion || !slices.Equal(c.Args, []string{"serve"}) {
+	if c.Image != "ghcr.io/whilly-go/whilly-serve:"+loadChart(t).Metadata.AppVersion || !slices.Equal(c.Args, []string{"serve"}) {
 		t.Errorf("serve container: image %q args %v", c.Image, c.Args)
 	}
 	if len(c.Ports) != 1 || c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != 8000 {

@@ -6,6 +6,7 @@
 # (e.g. under /usr/local), or name its directory in WHILLY_SANDBOX_TOOLS (docs/sandbox.md).
 # Build from the repository root:
 #   docker build -f deploy/docker/worker.Dockerfile -t whilly-worker:dev .
+# Both bases are build arguments: `make images` builds from local Debian bases with buildah.
 # bubblewrap needs user namespaces and its own /proc inside the container: see
 # docs/operations.md (security options of compose, Kubernetes and systemd).
 ARG GO_IMAGE=golang:1.26.8-trixie
