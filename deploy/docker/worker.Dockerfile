@@ -36,11 +36,14 @@ RUN apt-get update \
       "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" "@openai/codex@${CODEX_VERSION}" \
  && npm cache clean --force \
  && useradd --uid 10001 --user-group --home-dir /home/whilly --create-home --shell /bin/bash whilly \
- && mkdir -p /var/lib/whilly/workspaces /var/lib/whilly/cache && chown -R whilly:whilly /var/lib/whilly
+ && mkdir -p /var/lib/whilly/workspaces /var/lib/whilly/cache && chown -R whilly:whilly /var/lib/whilly \
+ && install -d -o whilly -g whilly /home/whilly/work
 COPY --from=build /usr/local/go /usr/local/go
 COPY --from=build /out/whilly-worker /usr/local/bin/whilly-worker
 USER 10001:10001
-WORKDIR /home/whilly
+# Not HOME: the agent of a plan without a repository works in the current directory, and
+# the box refuses one that would expose HOME.
+WORKDIR /home/whilly/work
 ENV WHILLY_WORKSPACE_DIR=/var/lib/whilly/workspaces \
     WHILLY_CACHE_DIR=/var/lib/whilly/cache \
     PATH=/usr/local/go/bin:$PATH \
