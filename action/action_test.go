@@ -245,7 +245,7 @@ func TestActionStepsRunLocally(t *testing.T) {
 	if resolve == nil || resolve.id != "resolve" || build == nil || run == nil || run.id != "run" {
 		t.Fatalf("want a resolve step with id resolve, a build step and a run step with id run, got %+v", md.steps)
 	}
-	for _, name := range []string{"tasks-done", "tasks-failed", "cost-usd"} {
+	for _, name := range []string{"tasks-done", "tasks-failed", "cost-usd", "plan-status", "pull-request-url"} {
 		if md.outputs[name] != "${{ steps.run.outputs."+name+" }}" {
 			t.Errorf("output %s = %q, want the run step's", name, md.outputs[name])
 		}
@@ -424,19 +424,33 @@ func TestActionStepsRunLocally(t *testing.T) {
 		// Unboxed (WHILLY_SANDBOX=none), the agent sees the worker's processes: even then
 		// the bootstrap token is in none of their environments, nor in a file left behind.
 		spy := t.TempDir()
+		// The plan's pull request, recorded as the GitHub App does when it opens it.
+		const prURL = "https://github.com/acme/act/pull/5"
+		if err := st.RecordPull(context.Background(), queue.PullRequest{PlanID: "act", Repo: "acme/act", Number: 5, NodeID: "PR_5",
+			URL: prURL, Branch: "whilly/act"}, false); err != nil {
+			t.Fatal(err)
+		}
 		// The released whilly-worker runs it.
 		outputs, summary, log, err := runActionIn(t, spy, map[string]string{"bootstrap-token": scoped, "plan": "act"}, "WHILLY_SANDBOX=none", "WHILLY_AGENT_ENV=SPY_DIR,RUNNER_TEMP", "WHILLY_WORKER_BIN="+released)
 		if err == nil || !strings.Contains(log, "\n::error title=whilly::1 tasks this worker ran ended FAILED: act/T02\n") {
 			t.Fatalf("run step on a plan that failed: %v; want it to fail with an error annotation naming T02\n%s", err, log)
 		}
-		want := map[string]string{"tasks-done": "2", "tasks-failed": "1", "cost-usd": "0.06"}
+		want := map[string]string{"tasks-done": "2", "tasks-failed": "1", "cost-usd": "0.06", "plan-status": "FAILED", "pull-request-url": prURL}
 		for k, v := range want {
 			if outputs[k] != v {
 				t.Errorf("output %s = %q, want %q (all: %v)\n%s", k, outputs[k], v, outputs, log)
 			}
 		}
-		if !strings.Contains(summary, "### whilly worker") || !strings.Contains(summary, "| act | 2 | 1 | 0 | 0.06 | exited with status 1 |") {
+		if !strings.Contains(summary, "### whilly worker") || !strings.Contains(summary, "| act | FAILED | 2 | 1 | 0 | 0.06 | exited with status 1 |") {
 			t.Errorf("summary:\n%s", summary)
+		}
+		// A row per task it ran, with its pull request.
+		tasks := "| task | status | cost (USD) | pull request |\n|---|---|---:|---|\n" +
+			"| act/T00 | done | 0.01 | " + prURL + " |\n" +
+			"| act/T01 | done | 0.01 | " + prURL + " |\n" +
+			"| act/T02 | failed (2 attempts) | 0.04 | " + prURL + " |\n"
+		if !strings.Contains(summary, tasks) {
+			t.Errorf("summary without the table of tasks\n%s\nwant:\n%s", summary, tasks)
 		}
 		if strings.Contains(log, scoped) {
 			t.Error("the step's log shows the bootstrap token")
@@ -483,6 +497,13 @@ func TestActionStepsRunLocally(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
 		importPlan("slow", plan.Task{ID: "SLOW"})
+		// What the control plane answers is text for the summary, not markup: a | stays
+		// in its cell.
+		const prURL = "https://github.com/acme/slow/pull/9#a|b"
+		if err := st.RecordPull(context.Background(), queue.PullRequest{PlanID: "slow", Repo: "acme/slow", Number: 9, NodeID: "PR_9",
+			URL: prURL, Branch: "whilly/slow"}, false); err != nil {
+			t.Fatal(err)
+		}
 		w, token, err := st.RegisterWorker(context.Background(), "runner", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -495,10 +516,12 @@ func TestActionStepsRunLocally(t *testing.T) {
 		if time.Since(start) > time.Minute {
 			t.Errorf("the step took %v", time.Since(start))
 		}
-		if outputs["tasks-done"] != "0" || outputs["tasks-failed"] != "0" || outputs["cost-usd"] != "0" {
+		if outputs["tasks-done"] != "0" || outputs["tasks-failed"] != "0" || outputs["cost-usd"] != "0" ||
+			outputs["plan-status"] != "ACTIVE" || outputs["pull-request-url"] != prURL {
 			t.Errorf("outputs %v", outputs)
 		}
-		if !strings.Contains(summary, "stopped at timeout-minutes (0.05)") || !strings.Contains(log, "timeout-minutes (0.05) reached") {
+		if !strings.Contains(summary, "stopped at timeout-minutes (0.05)") || !strings.Contains(log, "timeout-minutes (0.05) reached") ||
+			!strings.Contains(summary, "| slow/SLOW | released | 0 | https://github.com/acme/slow/pull/9#a\\|b |\n") {
 			t.Errorf("summary:\n%s\nlog:\n%s", summary, log)
 		}
 		// Old workflows still pass worker-id: it is accepted, ignored, and said so.

@@ -7,8 +7,9 @@
 #   run.sh build   downloads the release of that version (checksum verified) or builds
 #                  whilly-worker from the action's own source, and installs the pinned
 #                  claude or codex CLI with npm when the agent needs it
-#   run.sh run     runs whilly-worker --drain, then writes tasks-done, tasks-failed and
-#                  cost-usd to $GITHUB_OUTPUT and a summary to $GITHUB_STEP_SUMMARY
+#   run.sh run     runs whilly-worker --drain, then writes tasks-done, tasks-failed,
+#                  cost-usd, plan-status and pull-request-url to $GITHUB_OUTPUT and a
+#                  summary with a table of the tasks it ran to $GITHUB_STEP_SUMMARY
 #
 # Inputs come as environment variables set by action.yml: WHILLY_CONTROL_URL,
 # WHILLY_WORKER_TOKEN, WHILLY_BOOTSTRAP_TOKEN, WHILLY_PLAN, WHILLY_AGENT (read by
@@ -163,7 +164,26 @@ number() {
 # escape a value for a markdown table cell.
 cell() {
   local s="${1//|/\\|}"
+  s="${s//$'\r'/ }"
   printf '%s' "${s//$'\n'/ }"
+}
+
+# decode undoes the percent-encoding of a value of whilly-worker's report (%7C is |).
+decode() {
+  local s="${1//\\/\\\\}"
+  printf '%b' "${s//%/\\x}"
+}
+
+# value KEY FIELD... prints the decoded value of KEY=... among a report line's fields.
+value() {
+  local key="$1" kv
+  shift
+  for kv in "$@"; do
+    if [[ "$kv" == "$key="* ]]; then
+      decode "${kv#*=}"
+      return 0
+    fi
+  done
 }
 
 # hide_bootstrap moves the bootstrap token from the environment into a private file and
@@ -242,22 +262,54 @@ run() {
   rm -f "$fifo"
   cat "$out"
 
-  local line done_n=0 failed_n=0 released_n=0 cost=0 kv
-  line="$(grep -E '^tasks_done=' "$out" | tail -n 1 || true)"
-  rm -f "$out"
-  for kv in $line; do
+  # The report: the counts line, then a line per task the worker ran and per plan it
+  # touched (key=value, values percent-encoded: see WriteReport in worker/report.go).
+  local counts line done_n=0 failed_n=0 released_n=0 cost=0 unlisted=0 kv
+  local -a f rows=()
+  local -A plan_status=() plan_pr=()
+  counts="$(grep -E '^tasks_done=' "$out" | tail -n 1 || true)"
+  read -ra f <<<"$counts"
+  for kv in "${f[@]}"; do
     case "$kv" in
       tasks_done=*) done_n="${kv#*=}" ;;
       tasks_failed=*) failed_n="${kv#*=}" ;;
       tasks_released=*) released_n="${kv#*=}" ;;
       cost_usd=*) cost="${kv#*=}" ;;
+      tasks_unlisted=*) unlisted="${kv#*=}" ;;
     esac
   done
+  local id
+  while IFS= read -r line; do
+    read -ra f <<<"$line"
+    case "${f[0]:-}" in
+      task) rows+=("$line") ;;
+      plan)
+        id="$(value plan_id "${f[@]}")"
+        [ -n "$id" ] || continue
+        plan_status[$id]="$(value status "${f[@]}")"
+        plan_pr[$id]="$(value pull_request "${f[@]}")"
+        ;;
+    esac
+  done <"$out"
+  rm -f "$out"
+  # The plan of the outputs: the plan input's, else the only one the worker touched.
+  local plan="${WHILLY_PLAN:-}" plan_st="" pr_url=""
+  if [ -z "$plan" ] && [ "${#plan_status[@]}" -eq 1 ]; then
+    plan="${!plan_status[*]}"
+  fi
+  if [ -n "$plan" ]; then
+    plan_st="${plan_status[$plan]:-}"
+    pr_url="${plan_pr[$plan]:-}"
+  fi
+  [[ "$plan_st" =~ ^[A-Z_]+$ ]] || plan_st=""
+  [[ "$pr_url" =~ ^https?://[^[:space:][:cntrl:]]+$ ]] || pr_url=""
   if [ -n "${GITHUB_OUTPUT:-}" ]; then
     {
       echo "tasks-done=$done_n"
       echo "tasks-failed=$failed_n"
       echo "cost-usd=$cost"
+      echo "plan-status=$plan_st"
+      echo "pull-request-url=$pr_url"
     } >>"$GITHUB_OUTPUT"
   fi
   local outcome="finished"
@@ -271,12 +323,29 @@ run() {
     {
       echo "### whilly worker"
       echo
-      echo "| plan | tasks done | tasks failed | tasks released | cost (USD) | worker | time |"
-      echo "|---|---:|---:|---:|---:|---|---:|"
-      echo "| $(cell "${WHILLY_PLAN:-any}") | $done_n | $failed_n | $released_n | $cost | $(cell "$outcome") | $((SECONDS - started)) s |"
+      echo "| plan | plan status | tasks done | tasks failed | tasks released | cost (USD) | worker | time |"
+      echo "|---|---|---:|---:|---:|---:|---|---:|"
+      echo "| $(cell "${plan:-any}") | $(cell "$plan_st") | $(cell "$done_n") | $(cell "$failed_n") | $(cell "$released_n") | $(cell "$cost") | $(cell "$outcome") | $((SECONDS - started)) s |"
+      if [ "${#rows[@]}" -gt 0 ]; then
+        echo
+        echo "| task | status | cost (USD) | pull request |"
+        echo "|---|---|---:|---|"
+        local status attempts pr
+        for line in "${rows[@]}"; do
+          read -ra f <<<"$line"
+          id="$(value plan_id "${f[@]}")"
+          status="$(value status "${f[@]}")"
+          attempts="$(value attempts "${f[@]}")"
+          [ "${attempts:-1}" = "1" ] || status="$status ($attempts attempts)"
+          pr=""
+          [ -z "$id" ] || pr="${plan_pr[$id]:-}"
+          echo "| $(cell "$id/$(value task_id "${f[@]}")") | $(cell "$status") | $(cell "$(value cost_usd "${f[@]}")") | $(cell "$pr") |"
+        done
+        [ "$unlisted" = "0" ] || echo "and $(cell "$unlisted") more tasks (the worker lists its first $(cell "${#rows[@]}"))"
+      fi
     } >>"$GITHUB_STEP_SUMMARY"
   fi
-  if [ -z "$line" ] && [ "$code" -eq 0 ]; then
+  if [ -z "$counts" ] && [ "$code" -eq 0 ]; then
     rm -f "$errlog"
     fail "whilly-worker printed no final counts"
   fi

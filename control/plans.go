@@ -2,6 +2,7 @@ package control
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -143,6 +144,13 @@ func (s *Server) getPlan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := planWire(p)
+	switch pr, err := s.store.PullOfPlan(r.Context(), id); {
+	case err == nil:
+		out.PullRequest = &client.PullRequest{Number: pr.Number, URL: pr.URL, State: pr.State, Draft: pr.Draft}
+	case !errors.Is(err, queue.ErrNotFound):
+		s.writeError(w, r, err)
+		return
+	}
 	if p.Status == plan.PlanPaused && p.PauseReason == queue.PauseApproval {
 		// What the approver reviews: only plans awaiting approval pay for reading it.
 		if out.Digest, err = s.store.PlanDigest(r.Context(), id); err != nil {

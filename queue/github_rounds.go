@@ -476,6 +476,12 @@ func (s *Store) PullOfBranch(ctx context.Context, repo, branch string) (PullRequ
 	return s.findPull(ctx, `lower(repo) = lower($1) AND branch = $2 AND state = 'open'`, repo, branch)
 }
 
+// PullOfPlan returns the pull request a plan's commits are delivered in; ErrNotFound
+// until one is opened.
+func (s *Store) PullOfPlan(ctx context.Context, planID string) (PullRequest, error) {
+	return s.findPull(ctx, `plan_id = $1`, planID)
+}
+
 func (s *Store) findPull(ctx context.Context, where string, args ...any) (PullRequest, error) {
 	var pr PullRequest
 	err := s.pool.QueryRow(ctx, `SELECT plan_id, repo, number, node_id, url, branch, state, draft, body_sha256

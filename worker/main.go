@@ -195,8 +195,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return fail(2, "%v", err)
 	}
 	sum, err := w.Run(ctx)
-	fmt.Fprintf(stdout, "tasks_done=%d tasks_failed=%d attempts_failed=%d tasks_released=%d cost_usd=%s\n",
-		sum.Done, len(sum.TasksFailed), sum.Failed, sum.Released, sum.Cost)
+	// Read before a self-registered worker revokes its token (deferred above).
+	plans := ReadPlans(ctx, api, *planID, sum, log)
+	WriteReport(stdout, sum, plans)
 	for _, h := range sum.Held {
 		fmt.Fprintf(stderr, "whilly-worker: left %s of plan %s pending: %s\n", h.TaskID, h.PlanID, h.Detail)
 	}
@@ -205,7 +206,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	}
 	switch {
 	case err == nil && *drain:
-		if why := drainVerdict(ctx, api, *planID, sum); why != "" {
+		if why := drainVerdict(*planID, sum, plans); why != "" {
 			return fail(1, "%s", why)
 		}
 		return 0
@@ -331,17 +332,18 @@ func OpenSandbox(ctx context.Context, getenv func(string) string, agentName stri
 // drainVerdict says why a drained run failed (SPEC §12, the Action's step): a task it
 // ran ended FAILED, or its plan ended FAILED or CANCELLED or is paused on its budget. ""
 // means it did not.
-func drainVerdict(ctx context.Context, api *client.Client, planID string, sum Summary) string {
+func drainVerdict(planID string, sum Summary, plans []PlanState) string {
 	if n := len(sum.TasksFailed); n > 0 {
 		return fmt.Sprintf("%d tasks this worker ran ended FAILED: %s", n, strings.Join(sum.TasksFailed, ", "))
 	}
 	if planID == "" {
 		return ""
 	}
-	p, err := api.GetPlan(ctx, planID)
-	if err != nil {
-		return fmt.Sprintf("read the state of plan %s: %v", planID, err)
+	st := plans[0] // ReadPlans puts planID first
+	if st.Err != nil {
+		return fmt.Sprintf("read the state of plan %s: %v", planID, st.Err)
 	}
+	p := st.Plan
 	switch {
 	case p.Status == plan.PlanFailed, p.Status == plan.PlanCancelled:
 		return fmt.Sprintf("plan %s ended %s", planID, p.Status)

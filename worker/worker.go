@@ -134,6 +134,10 @@ type Summary struct {
 	// (at most client.MaxHeldListed; HeldTotal counts all).
 	Held      []client.HeldTask `json:"held,omitempty"`
 	HeldTotal int               `json:"held_total,omitempty"`
+	// Tasks lists the tasks it ran, in the order it first ran them (at most
+	// MaxReportedTasks; TasksUnlisted counts the others).
+	Tasks         []TaskRun `json:"tasks,omitempty"`
+	TasksUnlisted int       `json:"tasks_unlisted,omitempty"`
 }
 
 // Worker runs tasks from one control plane with one agent.
@@ -391,6 +395,7 @@ func (w *Worker) ran(ctx context.Context, claim *client.Claim, sum *Summary) (*c
 	default:
 		sum.Lost++
 	}
+	sum.note(out)
 	if w.cfg.OnResult != nil {
 		w.cfg.OnResult(out)
 	}

@@ -188,6 +188,17 @@ type Plan struct {
 	// Digest is the plan's content digest while it awaits approval (pause_reason
 	// approval), on GET /v1/plans/{id}: what /whilly approve and plan approve take.
 	Digest string `json:"digest,omitempty"`
+	// PullRequest is the pull request the plan's commits are delivered in, on
+	// GET /v1/plans/{id} once the GitHub App opened it.
+	PullRequest *PullRequest `json:"pull_request,omitempty"`
+}
+
+// PullRequest is a plan's pull request on GitHub.
+type PullRequest struct {
+	Number int    `json:"number"`
+	URL    string `json:"url"`
+	State  string `json:"state"` // open, closed, merged
+	Draft  bool   `json:"draft"`
 }
 
 // LeaseRequest presents a lease: START and RELEASE (with an optional reason).
