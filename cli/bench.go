@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/agent"
-	"github.com/whilly-go/whilly/internal/bench"
+	"github.com/whilly-go/whilly/bench"
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"

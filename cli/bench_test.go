@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/whilly-go/whilly/internal/bench"
+	"github.com/whilly-go/whilly/bench"
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/sandbox"
 )
