@@ -9,7 +9,7 @@ import (
 	"time"
 
 	ghapp "github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/internal/testkit"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"

@@ -12,11 +12,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/internal/ghspec"
 )
 
-// The fake GitHub lives in internal/fakegithub (the benchmarks run it outside tests);
+// The fake GitHub lives in fakegithub (the benchmarks run it outside tests);
 // these are its test-facing names, failing the test where the fake returns an error.
 type (
 	// Fault makes matching requests to the fake fail (fakegithub.Fault).
