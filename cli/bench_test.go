@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/bench"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/sandbox"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func runBench(t *testing.T, env map[string]string, args ...string) (stdout, stderr string) {

@@ -18,9 +18,9 @@ import (
 
 	"github.com/whilly-go/whilly/cli/tui"
 	"github.com/whilly-go/whilly/control"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func envOf(vars map[string]string) func(string) string {

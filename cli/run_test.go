@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // gatedPlan's last task is one the decision gate rejects.

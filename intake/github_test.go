@@ -17,9 +17,9 @@ import (
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func TestLabeledDeliveryBecomesPlanLabelReactionAndOneComment(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/worker"
 )
 

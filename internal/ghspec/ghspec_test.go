@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/internal/ghspec"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func loadSpec(t *testing.T) *ghspec.Spec {

@@ -144,7 +144,7 @@ func WebhookFixturesDir(t testing.TB) string {
 	if !ok {
 		t.Fatal("testkit: cannot locate the testkit source to find the repository root")
 	}
-	root := filepath.Dir(filepath.Dir(filepath.Dir(file))) // internal/testkit/x.go → repo root
+	root := filepath.Dir(filepath.Dir(file)) // testkit/x.go → repo root
 	dir := filepath.Join(root, "testdata", "fixtures", "github-webhooks")
 	if _, err := os.Stat(filepath.Join(dir, "issues", "labeled.payload.json")); err != nil {
 		t.Fatalf("testkit: the GitHub webhook fixtures are missing from %s: %v", dir, err)
