@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/whilly-go/whilly/fakegithub"
-	"github.com/whilly-go/whilly/internal/ghspec"
+	"github.com/whilly-go/whilly/testkit/ghspec"
 )
 
 // The fake GitHub lives in fakegithub (the benchmarks run it outside tests);
