@@ -1,7 +1,12 @@
 package docs
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -149,5 +154,69 @@ func TestFindCycle(t *testing.T) {
 	c := findCycle(g)
 	if want := []string{"bench", "queue", "internal", "bench"}; !slices.Equal(c, want) {
 		t.Fatalf("findCycle = %v, want %v", c, want)
+	}
+}
+
+// TestLibrariesTakeValues: only the composition roots read the environment (cli, the
+// binaries under cmd, worker/workerenv, which both of them use for the worker side, and
+// internal/config, the table they read it through); the libraries take values. Test
+// support reads its own settings. A child process's environment built from the parent's
+// (os.Environ through an allow-list) is data, not configuration, and not checked here.
+func TestLibrariesTakeValues(t *testing.T) {
+	t.Parallel()
+	roots := []string{"cli", "cmd", "worker/workerenv", "internal/config", "testkit", "e2e", "examples", "testdata", "deploy", ".git"}
+	// Where the environment is the interface, not the configuration.
+	except := map[string]string{
+		"internal/pglocal/binaries.go": "PATH: where the operating system's programs are",
+		"internal/pglocal/pglocal.go":  "XDG_DATA_HOME: where the XDG convention puts user data",
+		"sandbox/config.go":            "SettingsFromEnv reads through the getenv its callers hand it",
+	}
+	fset := token.NewFileSet()
+	checked := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if slices.Contains(roots, rel) || d.Name() == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") || except[rel] != "" {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		checked++
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if pkg, ok := sel.X.(*ast.Ident); ok {
+				switch pkg.Name + "." + sel.Sel.Name {
+				case "os.Getenv", "os.LookupEnv", "config.New":
+					t.Errorf("%s: the library reads the environment (%s.%s); read it in the composition root (cli, cmd/…) and pass the value",
+						fset.Position(call.Pos()), pkg.Name, sel.Sel.Name)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("checked %d files: the walk missed the repository", checked)
 	}
 }
