@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // step is one step of the composite action.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/sandbox"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // The real Go project the Claude Code CLI tests in the box (as e2e's real-project test

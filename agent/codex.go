@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/whilly-go/whilly/agent/prices"
+	"github.com/whilly-go/whilly/internal/prices"
 )
 
 // codexAgent runs the OpenAI Codex CLI:

@@ -14,7 +14,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 const repo = "octo/shop"

@@ -9,7 +9,7 @@ import (
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/golang-jwt/jwt/v4"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 type countingSigner struct {

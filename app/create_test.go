@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func TestNewAppURLIsOnTheWebSideOfTheAPI(t *testing.T) {

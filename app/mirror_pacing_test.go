@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // GitHub's secondary limits are per installation: the live plans of an installation get

@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // oauthFixture is the fake GitHub with the App installed on two accounts, and alice's

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // sealFixture mints one push token for each of two ended leases of the issue plan, with

@@ -10,7 +10,7 @@ import (
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
 	"github.com/whilly-go/whilly/triz"
-	"github.com/whilly-go/whilly/worker"
+	"github.com/whilly-go/whilly/worker/workerenv"
 )
 
 // trizExtension is the TRIZ failure analyzer (SPEC §8) as a control-plane extension, or
@@ -58,7 +58,7 @@ func (a *app) trizExtension(st *queue.Store) (*extension, error) {
 // It runs in the sandbox like a worker's agent (SPEC §9): on the control plane the box
 // keeps the App key, the database URL and the host's files away from it.
 func (a *app) questionAgent(name string) (agent.Agent, error) {
-	cfg := worker.AgentConfig(a.cfg)
+	cfg := workerenv.AgentConfig(a.cfg)
 	cfg.Logger = a.log
 	cfg.PermissionMode = agent.QuestionPermissionMode
 	sb, err := a.openSandbox(name)
@@ -69,9 +69,9 @@ func (a *app) questionAgent(name string) (agent.Agent, error) {
 	return agent.New(name, cfg)
 }
 
-// openSandbox opens the sandbox for agent name's processes (worker.OpenSandbox).
+// openSandbox opens the sandbox for agent name's processes (workerenv.OpenSandbox).
 func (a *app) openSandbox(name string) (*sandbox.Sandbox, error) {
-	return worker.OpenSandbox(context.Background(), a.io.Getenv, name, a.log)
+	return workerenv.OpenSandbox(context.Background(), a.io.Getenv, name, a.log)
 }
 
 func firstNonEmpty(s ...string) string {

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	ghapp "github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // startAppCreate runs `whilly app create ARGS --no-browser` and returns the address of its

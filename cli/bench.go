@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/agent"
-	"github.com/whilly-go/whilly/internal/bench"
+	"github.com/whilly-go/whilly/bench"
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
@@ -39,7 +39,7 @@ as a table, then one key=value line, always the last.`,
 // poolFlagHelp is the help of the benchmarks' --pool flag (defaultPoolSize).
 const poolFlagHelp = "database connections of the control plane (default: whilly serve's: 16, or 4 per core with the embedded cluster on fewer than 4 cores)"
 
-// benchSetup is what internal/bench needs from this composition root: the database, the
+// benchSetup is what bench needs from this composition root: the database, the
 // queue settings and the control plane `whilly serve` runs. poolSize 0 keeps serve's size.
 func (a *app) benchSetup(ctx context.Context, poolSize int) (bench.Setup, error) {
 	cfg, err := a.poolConfig(ctx)

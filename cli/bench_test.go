@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/whilly-go/whilly/internal/bench"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/bench"
 	"github.com/whilly-go/whilly/sandbox"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func runBench(t *testing.T, env map[string]string, args ...string) (stdout, stderr string) {

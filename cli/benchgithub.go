@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/whilly-go/whilly/internal/bench"
+	"github.com/whilly-go/whilly/bench"
 )
 
 // The GitHub benchmarks: what a labelled issue costs in latency (intake) and what

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/whilly-go/whilly/cli"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // run executes the whilly command line against the test database.

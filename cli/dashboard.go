@@ -13,9 +13,9 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/spf13/cobra"
 
+	"github.com/whilly-go/whilly/cli/tui"
 	"github.com/whilly-go/whilly/control"
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/tui"
 	"github.com/whilly-go/whilly/queue"
 )
 

@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/muesli/termenv"
 
+	"github.com/whilly-go/whilly/cli/tui"
 	"github.com/whilly-go/whilly/control"
-	"github.com/whilly-go/whilly/internal/testkit"
-	"github.com/whilly-go/whilly/internal/tui"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func envOf(vars map[string]string) func(string) string {

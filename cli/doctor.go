@@ -21,7 +21,7 @@ import (
 	"github.com/whilly-go/whilly/migrations"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
-	"github.com/whilly-go/whilly/worker"
+	"github.com/whilly-go/whilly/worker/workerenv"
 )
 
 // Statuses of a doctor check.
@@ -167,7 +167,7 @@ func (a *app) doctorAgents(ctx context.Context, rep *doctorReport) {
 	if p := a.cfg.Raw(config.Planner); p != "" && p != names[0] {
 		names = append(names, p)
 	}
-	cfg := worker.AgentConfig(a.cfg)
+	cfg := workerenv.AgentConfig(a.cfg)
 	for _, name := range names {
 		check := "agent " + name
 		switch name {

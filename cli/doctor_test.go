@@ -12,9 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/migrations"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // versionCLI is a fake claude that prints version on --version.

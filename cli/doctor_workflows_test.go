@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	ghapp "github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // The workflows of an installed repository, read through the contents API of the fake

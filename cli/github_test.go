@@ -13,9 +13,9 @@ import (
 
 	ghapp "github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func githubTestApp(env map[string]string) (*app, *bytes.Buffer) {

@@ -17,9 +17,9 @@ import (
 
 	ghapp "github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/config"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // operatorSite is `whilly serve` with the dashboard, "Sign in with GitHub" against the

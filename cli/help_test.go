@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/whilly-go/whilly/cli"
-	"github.com/whilly-go/whilly/worker"
+	"github.com/whilly-go/whilly/cmd/whilly-worker/workercli"
 )
 
 // TestEveryCommandHasAnExample walks the whole whilly command tree: every command a user
@@ -56,7 +56,7 @@ func TestWorkerHelpHasExamples(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"--help"}, {"gc", "--help"}} {
 		var out, errb bytes.Buffer
-		code := worker.Main(context.Background(), args, &out, &errb, func(string) string { return "" })
+		code := workercli.Main(context.Background(), args, &out, &errb, func(string) string { return "" })
 		help := out.String() + errb.String()
 		if code != 0 || !strings.Contains(help, "Examples:") {
 			t.Errorf("whilly-worker %q: exit %d, no Examples section:\n%s", args, code, help)
@@ -83,7 +83,7 @@ func TestWorkerUsageErrorsExitTwo(t *testing.T) {
 		{"gc", "--dry-run=maybe"},
 	} {
 		var out, errb bytes.Buffer
-		code := worker.Main(context.Background(), args, &out, &errb, func(string) string { return "" })
+		code := workercli.Main(context.Background(), args, &out, &errb, func(string) string { return "" })
 		if code != 2 || errb.Len() == 0 {
 			t.Errorf("whilly-worker %q: exit %d, stderr %q; want exit 2", args, code, errb.String())
 		}

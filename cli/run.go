@@ -19,6 +19,7 @@ import (
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
 	"github.com/whilly-go/whilly/worker"
+	"github.com/whilly-go/whilly/worker/workerenv"
 )
 
 type runOptions struct {
@@ -101,7 +102,7 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 	if err != nil {
 		return envErr(err)
 	}
-	acfg := worker.AgentConfig(a.cfg)
+	acfg := workerenv.AgentConfig(a.cfg)
 	acfg.Logger = a.log
 	acfg.Sim = agent.SimConfig{Delay: o.simDelay, Cost: cost, FailRate: o.simFail, Seed: uint64(time.Now().UnixNano())}
 	if acfg.Sandbox, err = a.openSandbox(o.agent); err != nil {
@@ -186,11 +187,11 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		mu.Unlock()
 		progress.outcome(out)
 	}
-	gate, err := worker.GateFromConfig(a.cfg)
+	gate, err := workerenv.GateFromConfig(a.cfg)
 	if err != nil {
 		return envf("%v", err)
 	}
-	cache, err := worker.CacheFromConfig(a.cfg)
+	cache, err := workerenv.CacheFromConfig(a.cfg)
 	if err != nil {
 		return envf("%v", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/sandbox"
 )
 

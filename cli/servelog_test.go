@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // serveLog runs serve with env and JSON logs on one stream (as a container's log holds

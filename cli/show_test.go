@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // TestShowBoundsTheTree: a long chain does not print a staircase whose width grows with

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // TestTrustedProxiesReachTheWebhook: WHILLY_TRUSTED_PROXIES is read with the App's

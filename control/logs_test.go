@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // runningTask claims and starts task of plan with a fresh worker.

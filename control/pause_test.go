@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // The global pause over HTTP: a waiting worker gets nothing until the fleet resumes, then

@@ -34,7 +34,7 @@ var varName = regexp.MustCompile(`\bWHILLY_[A-Z0-9_]+\b`)
 func knownVariables(t *testing.T) map[string]bool {
 	t.Helper()
 	known := map[string]bool{}
-	for _, src := range []string{"internal/config/vars.go", "worker/main.go", "docs/configuration.md", "docs/sandbox.md", "docs/development.md"} {
+	for _, src := range []string{"internal/config/vars.go", "cmd/whilly-worker/workercli/cli.go", "docs/configuration.md", "docs/sandbox.md", "docs/development.md"} {
 		for _, n := range varName.FindAllString(repoFile(t, src), -1) {
 			known[n] = true
 		}

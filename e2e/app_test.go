@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	ghapp "github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // appRepo is the repository the App is installed on (installation 77) in appGitHub.

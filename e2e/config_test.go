@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // A bad configuration stops `whilly serve` before it opens the database or a port: exit

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // gatedPlan is n tasks that all wait for a gate task G which only a worker labelled

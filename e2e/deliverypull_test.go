@@ -9,7 +9,7 @@ import (
 	"time"
 
 	ghapp "github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // Pull mode across two real `whilly serve` processes on one database, one of them

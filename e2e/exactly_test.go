@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // costlyAgent writes a command agent that appends its task id to $E2E_DIR/runs, records

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // A worker killed with SIGKILL while its agent runs in the sandbox: the box dies with it,

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	ghapp "github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/fakegithub"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // A `whilly serve` SIGKILLed in the middle of an intake — the plan persisted, the 👀 not

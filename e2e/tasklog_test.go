@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // The attempt log end to end, in real processes: whilly serve, a whilly-worker running the

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // whilly serve and three whilly-worker processes with a command agent drain a 30-task

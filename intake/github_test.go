@@ -18,8 +18,8 @@ import (
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
-	"github.com/whilly-go/whilly/internal/fakegithub"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/fakegithub"
+	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 )

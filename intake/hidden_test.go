@@ -14,8 +14,8 @@ import (
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/intake"
-	"github.com/whilly-go/whilly/internal/fakegithub"
 	"github.com/whilly-go/whilly/plan"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // issueIntake is the GitHub side as `whilly forge intake` builds it: the App (or only a

@@ -10,10 +10,10 @@ import (
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/fakegithub"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/triz"
 )
 

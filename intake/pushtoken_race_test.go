@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // Leases of busy plans end from several workers at once while River works the plan's

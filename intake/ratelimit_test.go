@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/fakegithub"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/fakegithub"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // A maintainer labels 40 issues of one repository at once (GitHub's issue list does it

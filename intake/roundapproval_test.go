@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/fakegithub"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // With WHILLY_REQUIRE_APPROVAL, a check suite that fails on whilly's pull request of a

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // TestReplayedCommentUnderANewDeliveryIDRunsOnce: the same signed comment payload posted

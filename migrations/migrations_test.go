@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/migrations"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // schemaDump describes everything in schema public that a migration can create, one

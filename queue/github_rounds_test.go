@@ -7,9 +7,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 const roundRepo = "octo/widgets"

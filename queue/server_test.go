@@ -5,8 +5,8 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func TestServerVersion(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func TestSessionsEndWithTheirLifetimeTheirTokenAndSignOut(t *testing.T) {

@@ -19,9 +19,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/whilly-go/whilly/agent"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/triz"
 )
 

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control"
-	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/web"
 )
 

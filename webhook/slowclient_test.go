@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/webhook"
 )
 

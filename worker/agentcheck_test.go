@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/agent"
+	"github.com/whilly-go/whilly/cmd/whilly-worker/workercli"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/worker"
 )
@@ -29,7 +30,7 @@ func TestMissingAgentCLIExitsTwoBeforeClaiming(t *testing.T) {
 		"CLAUDE_BIN": filepath.Join(t.TempDir(), "claude"), "HOME": t.TempDir(),
 	}
 	var out, errOut bytes.Buffer
-	code := worker.Main(context.Background(), []string{"--plan", "nocli", "--drain"}, &out, &errOut, func(k string) string { return env[k] })
+	code := workercli.Main(context.Background(), []string{"--plan", "nocli", "--drain"}, &out, &errOut, func(k string) string { return env[k] })
 	if code != 2 {
 		t.Fatalf("exit %d, want 2; stderr %s", code, errOut.String())
 	}

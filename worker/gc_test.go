@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/whilly-go/whilly/cmd/whilly-worker/workercli"
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/worker"
@@ -97,7 +98,7 @@ func TestGCRemovesOldWorkspaces(t *testing.T) {
 
 	// The command line, dry: says what it would remove, removes nothing.
 	var out, errOut bytes.Buffer
-	code := worker.Main(context.Background(), []string{"gc", "--dir", root, "--max-age", "72h", "--dry-run"}, &out, &errOut, func(string) string { return "" })
+	code := workercli.Main(context.Background(), []string{"gc", "--dir", root, "--max-age", "72h", "--dry-run"}, &out, &errOut, func(string) string { return "" })
 	if code != 0 || !strings.Contains(out.String(), "would remove "+ws.Dir("old")+" (plan old,") {
 		t.Fatalf("gc --dry-run exit %d:\n%s%s", code, out.String(), errOut.String())
 	}
@@ -106,7 +107,7 @@ func TestGCRemovesOldWorkspaces(t *testing.T) {
 	}
 
 	out.Reset()
-	code = worker.Main(context.Background(), []string{"gc", "--max-age", "72h", "--max-size", "0"}, &out, &errOut,
+	code = workercli.Main(context.Background(), []string{"gc", "--max-age", "72h", "--max-size", "0"}, &out, &errOut,
 		func(k string) string {
 			if k == string(config.WorkspaceDir) {
 				return root

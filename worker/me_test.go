@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/testkit"
-	"github.com/whilly-go/whilly/worker"
+	"github.com/whilly-go/whilly/cmd/whilly-worker/workercli"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // TestWorkerLearnsItsIDAndWaitsForItsPlan: whilly-worker given only a token learns its
@@ -32,7 +32,7 @@ func TestWorkerLearnsItsIDAndWaitsForItsPlan(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	wg.Go(func() {
-		code = worker.Main(ctx, []string{"--plan", "later", "--drain", "--agent", "sim"}, &out, &errOut, func(k string) string { return env[k] })
+		code = workercli.Main(ctx, []string{"--plan", "later", "--drain", "--agent", "sim"}, &out, &errOut, func(k string) string { return env[k] })
 	})
 	testkit.Eventually(t, 30*time.Second, "the worker to wait for its plan", func() bool {
 		return strings.Contains(errOut.String(), "does not exist yet")
@@ -58,7 +58,7 @@ func TestSimCostIsRunsCost(t *testing.T) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if code := worker.Main(ctx, []string{"--plan", "priced", "--drain", "--agent", "sim"}, &out, &errOut, func(k string) string { return env[k] }); code != 0 {
+	if code := workercli.Main(ctx, []string{"--plan", "priced", "--drain", "--agent", "sim"}, &out, &errOut, func(k string) string { return env[k] }); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	pi, err := e.st.GetPlan(context.Background(), "priced")

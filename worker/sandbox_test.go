@@ -19,10 +19,12 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/agent"
+	"github.com/whilly-go/whilly/cmd/whilly-worker/workercli"
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
 	"github.com/whilly-go/whilly/worker"
+	"github.com/whilly-go/whilly/worker/workerenv"
 )
 
 func TestMain(m *testing.M) {
@@ -32,7 +34,7 @@ func TestMain(m *testing.M) {
 		os.Exit(evilAgent(os.Args[2]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == workerMainArg {
-		os.Exit(worker.Main(context.Background(), os.Args[2:], os.Stdout, os.Stderr, os.Getenv))
+		os.Exit(workercli.Main(context.Background(), os.Args[2:], os.Stdout, os.Stderr, os.Getenv))
 	}
 	os.Exit(m.Run())
 }
@@ -229,7 +231,7 @@ func TestOpenSandboxLogsTheAllowedHosts(t *testing.T) {
 	} {
 		env["WHILLY_SANDBOX_REGISTRIES"] = mode
 		var buf strings.Builder
-		if _, err := worker.OpenSandbox(context.Background(), getenv, "claude", slog.New(slog.NewTextHandler(&buf, nil))); err != nil {
+		if _, err := workerenv.OpenSandbox(context.Background(), getenv, "claude", slog.New(slog.NewTextHandler(&buf, nil))); err != nil {
 			t.Fatal(err)
 		}
 		out := buf.String()

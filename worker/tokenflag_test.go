@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whilly-go/whilly/worker"
+	"github.com/whilly-go/whilly/cmd/whilly-worker/workercli"
 )
 
 // TestTokenFlagWarns: a token on the command line is readable by every user of the
@@ -23,7 +23,7 @@ func TestTokenFlagWarns(t *testing.T) {
 		{[]string{"--connect", "http://control.invalid"}, false},
 	} {
 		var out, errb bytes.Buffer
-		worker.Main(context.Background(), c.args, &out, &errb, getenv)
+		workercli.Main(context.Background(), c.args, &out, &errb, getenv)
 		got := strings.Contains(errb.String(), "warning: --token is visible to every user")
 		if got != c.warn || (c.warn && !strings.Contains(errb.String(), "WHILLY_WORKER_TOKEN or use --token-file")) {
 			t.Errorf("%v: stderr %q, want the warning: %v", c.args, errb.String(), c.warn)

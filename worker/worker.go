@@ -264,7 +264,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 					}
 					continue
 				}
-				if fatal(err) {
+				if Fatal(err) {
 					return sum, fmt.Errorf("claim: %w", err)
 				}
 				w.log.WarnContext(ctx, "control plane unavailable, retrying", "error", err)
@@ -283,7 +283,7 @@ func (w *Worker) Run(ctx context.Context) (Summary, error) {
 				}
 				if w.cfg.Drain {
 					drained, err := w.drained(ctx, &sum)
-					if err != nil && fatal(err) {
+					if err != nil && Fatal(err) {
 						return sum, err
 					}
 					if drained {
@@ -417,7 +417,7 @@ func (w *Worker) releasePredecessor(ctx context.Context) error {
 			return nil
 		case ctx.Err() != nil:
 			return ErrStopped
-		case fatal(err):
+		case Fatal(err):
 			return fmt.Errorf("release the tasks of a previous run: %w", err)
 		}
 		w.log.WarnContext(ctx, "control plane unavailable, retrying", "error", err)
@@ -427,9 +427,9 @@ func (w *Worker) releasePredecessor(ctx context.Context) error {
 	}
 }
 
-// fatal reports errors that waiting will not cure: the token is refused, or the request
+// Fatal reports errors that waiting will not cure: the token is refused, or the request
 // is malformed.
-func fatal(err error) bool {
+func Fatal(err error) bool {
 	s := client.StatusOf(err)
 	return s == 401 || s == 403 || s == 400 || s == 404 || s == 422
 }

@@ -10,8 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/whilly-go/whilly/cmd/whilly-worker/workercli"
 	"github.com/whilly-go/whilly/sandbox"
-	"github.com/whilly-go/whilly/worker"
 )
 
 func main() {
@@ -23,7 +23,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := worker.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	code := workercli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)
 }

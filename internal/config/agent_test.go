@@ -6,7 +6,7 @@ import (
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/internal/config"
-	"github.com/whilly-go/whilly/worker"
+	"github.com/whilly-go/whilly/worker/workerenv"
 )
 
 func TestAgentNamesMatch(t *testing.T) {
@@ -18,13 +18,13 @@ func TestAgentNamesMatch(t *testing.T) {
 
 func TestAgentConfig(t *testing.T) {
 	t.Parallel()
-	cfg := worker.AgentConfig(config.New(func(k string) string {
+	cfg := workerenv.AgentConfig(config.New(func(k string) string {
 		return map[string]string{"CLAUDE_BIN": " /c ", "CODEX_BIN": "/x", "WHILLY_AGENT_CMD": "run-it"}[k]
 	}))
 	if cfg.ClaudeBin != "/c" || cfg.CodexBin != "/x" || cfg.Command != "run-it" {
 		t.Errorf("AgentConfig = %+v", cfg)
 	}
-	if d := worker.AgentConfig(config.New(nil)); d.ClaudeBin != "claude" || d.CodexBin != "codex" || d.Command != "" {
+	if d := workerenv.AgentConfig(config.New(nil)); d.ClaudeBin != "claude" || d.CodexBin != "codex" || d.Command != "" {
 		t.Errorf("AgentConfig defaults = %+v", d)
 	}
 }

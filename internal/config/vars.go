@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/whilly-go/whilly/agent/prices"
+	"github.com/whilly-go/whilly/internal/prices"
 	"github.com/whilly-go/whilly/plan"
 )
 

@@ -1,6 +1,6 @@
 // Package termsafe makes text that others wrote — plan names, task descriptions, failure
 // reasons, agent output, event payloads — safe to print on a terminal. The CLI's commands
-// and the terminal dashboard (internal/tui) print such text only through it. It imports
+// and the terminal dashboard (cli/tui) print such text only through it. It imports
 // the standard library only.
 package termsafe
 

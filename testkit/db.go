@@ -1,6 +1,6 @@
 // Package testkit holds helpers for tests, and only for tests: a fresh, migrated
 // Postgres database per test, cloned from a template on a private cluster that every
-// test binary of a `go test` run shares; the fake GitHub of internal/fakegithub wrapped
+// test binary of a `go test` run shares; the fake GitHub of fakegithub wrapped
 // to fail the test on what it reports; signed webhook requests from the real payloads;
 // Eventually, the one way a test waits for a condition it can only poll.
 //

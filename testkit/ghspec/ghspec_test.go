@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/whilly-go/whilly/internal/ghspec"
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
+	"github.com/whilly-go/whilly/testkit/ghspec"
 )
 
 func loadSpec(t *testing.T) *ghspec.Spec {

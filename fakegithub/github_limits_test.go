@@ -12,7 +12,7 @@ import (
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v62/github"
 
-	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/fakegithub"
 )
 
 // newFake starts a fake with installations 1 and 2 (repositories o/one and o/two, an

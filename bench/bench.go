@@ -28,7 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/migrations"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"

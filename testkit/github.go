@@ -12,11 +12,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/fakegithub"
-	"github.com/whilly-go/whilly/internal/ghspec"
+	"github.com/whilly-go/whilly/fakegithub"
+	"github.com/whilly-go/whilly/testkit/ghspec"
 )
 
-// The fake GitHub lives in internal/fakegithub (the benchmarks run it outside tests);
+// The fake GitHub lives in fakegithub (the benchmarks run it outside tests);
 // these are its test-facing names, failing the test where the fake returns an error.
 type (
 	// Fault makes matching requests to the fake fail (fakegithub.Fault).
@@ -144,7 +144,7 @@ func WebhookFixturesDir(t testing.TB) string {
 	if !ok {
 		t.Fatal("testkit: cannot locate the testkit source to find the repository root")
 	}
-	root := filepath.Dir(filepath.Dir(filepath.Dir(file))) // internal/testkit/x.go → repo root
+	root := filepath.Dir(filepath.Dir(file)) // testkit/x.go → repo root
 	dir := filepath.Join(root, "testdata", "fixtures", "github-webhooks")
 	if _, err := os.Stat(filepath.Join(dir, "issues", "labeled.payload.json")); err != nil {
 		t.Fatalf("testkit: the GitHub webhook fixtures are missing from %s: %v", dir, err)

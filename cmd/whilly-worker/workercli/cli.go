@@ -1,4 +1,7 @@
-package worker
+// Package workercli is the command line of whilly-worker: its flags, --help, exit codes
+// and environment. It reads the environment and hands the worker library values; it is
+// a package of its own (not main) so that tests elsewhere can drive the command.
+package workercli
 
 import (
 	"context"
@@ -18,6 +21,8 @@ import (
 	"github.com/whilly-go/whilly/internal/version"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/sandbox"
+	"github.com/whilly-go/whilly/worker"
+	"github.com/whilly-go/whilly/worker/workerenv"
 )
 
 const usage = `Usage: whilly-worker --connect URL [--token T | --token-file F] [flags]
@@ -124,11 +129,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return fail(2, "%v", err)
 	}
 	// Before registering: a worker that cannot box its agent must not join the fleet.
-	sb, err := OpenSandbox(ctx, getenv, *agentName, log)
+	sb, err := workerenv.OpenSandbox(ctx, getenv, *agentName, log)
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	cfg := AgentConfig(c)
+	cfg := workerenv.AgentConfig(c)
 	cfg.Logger = log
 	if cfg.Sim, err = simFromEnv(c); err != nil {
 		return fail(2, "%v", err)
@@ -173,20 +178,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	}
 	// Before claiming: a plan without a repository runs in the work directory, and one
 	// that would expose HOME to the agent would fail every attempt of it.
-	if err := CheckWorkDir(sb, *agentName, *workDir, getenv("HOME")); err != nil && *planID != "" {
+	if err := worker.CheckWorkDir(sb, *agentName, *workDir, getenv("HOME")); err != nil && *planID != "" {
 		if p, perr := api.GetPlan(ctx, *planID); perr == nil && p.Repo == "" {
 			return fail(2, "%s", workDirAdvice(err))
 		}
 	}
-	gate, err := GateFromConfig(c)
+	gate, err := workerenv.GateFromConfig(c)
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	cache, err := CacheFromConfig(c)
+	cache, err := workerenv.CacheFromConfig(c)
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	w, err := New(api, ag, log, Config{
+	w, err := worker.New(api, ag, log, worker.Config{
 		WorkerID: *workerID, PlanID: *planID, Model: *model, Once: *once, Drain: *drain,
 		MaxTasks: *maxTasks, AgentTimeout: timeout, LogDir: *logDir, WorkDir: *workDir, Home: getenv("HOME"), WorkspaceDir: *wsDir,
 		Sandbox: cfg.Sandbox, Gate: gate, Cache: cache,
@@ -196,8 +201,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	}
 	sum, err := w.Run(ctx)
 	// Read before a self-registered worker revokes its token (deferred above).
-	plans := ReadPlans(ctx, api, *planID, sum, log)
-	WriteReport(stdout, sum, plans)
+	plans := worker.ReadPlans(ctx, api, *planID, sum, log)
+	worker.WriteReport(stdout, sum, plans)
 	for _, h := range sum.Held {
 		fmt.Fprintf(stderr, "whilly-worker: left %s of plan %s pending: %s\n", h.TaskID, h.PlanID, h.Detail)
 	}
@@ -210,13 +215,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 			return fail(1, "%s", why)
 		}
 		return 0
-	case err == nil, errors.Is(err, ErrStopped):
+	case err == nil, errors.Is(err, worker.ErrStopped):
 		return 0
-	case errors.Is(err, ErrFleetPaused):
+	case errors.Is(err, worker.ErrFleetPaused):
 		return fail(3, "%v; run this worker again then", err)
 	case errors.Is(err, sandbox.ErrExposesHome):
 		return fail(2, "%s", workDirAdvice(err))
-	case fatal(err), errors.Is(err, agent.ErrNotReady):
+	case worker.Fatal(err), errors.Is(err, agent.ErrNotReady):
 		return fail(2, "%v", err)
 	default:
 		return fail(1, "%v", err)
@@ -258,81 +263,10 @@ func revokeSelf(ctx context.Context, api *client.Client, workerID string, log *s
 	log.InfoContext(ctx, "worker token revoked", "worker_id", workerID)
 }
 
-// GateFromConfig reads the diff gate's policy: WHILLY_PROTECTED_PATHS (globs) and
-// WHILLY_DIFF_MAX_BYTES.
-func GateFromConfig(c *config.Env) (GatePolicy, error) {
-	protected, err := ParseProtectedPaths(strings.Join(c.List(config.ProtectedPaths), ","))
-	if err != nil {
-		return GatePolicy{}, fmt.Errorf("%s: %w", config.ProtectedPaths, err)
-	}
-	maxBytes, err := c.Int(config.DiffMaxBytes)
-	if err != nil {
-		return GatePolicy{}, err
-	}
-	return GatePolicy{Protected: protected, MaxBytes: int64(maxBytes)}, nil
-}
-
-// CacheFromConfig reads where the box's caches live and how much they may hold:
-// WHILLY_CACHE_DIR (default DefaultCacheDir) and WHILLY_CACHE_MAX_BYTES.
-func CacheFromConfig(c *config.Env) (CachePolicy, error) {
-	maxBytes, err := c.Size(config.CacheMaxBytes)
-	if err != nil {
-		return CachePolicy{}, err
-	}
-	dir := c.String(config.CacheDir)
-	if dir == "" {
-		if dir, err = DefaultCacheDir(); err != nil {
-			return CachePolicy{}, err
-		}
-	}
-	return CachePolicy{Dir: dir, MaxBytes: maxBytes}, nil
-}
-
-// OpenSandbox opens the box of SPEC §16 for agentName's processes from WHILLY_SANDBOX,
-// WHILLY_SANDBOX_NET, WHILLY_SANDBOX_ALLOW_HOSTS, WHILLY_AGENT_ENV and
-// WHILLY_SANDBOX_REGISTRIES, and logs whether it works and, behind the box's proxy, the
-// hosts its agents may reach. An error (a configuration error: exit 2) says how to fix
-// it. The sim agent runs no process: without a working box it gets none (nil), and no
-// error.
-func OpenSandbox(ctx context.Context, getenv func(string) string, agentName string, log *slog.Logger) (*sandbox.Sandbox, error) {
-	set, err := sandbox.SettingsFromEnv(getenv)
-	if err != nil {
-		return nil, err
-	}
-	sb, err := sandbox.Open(ctx, set, agentName != agent.NameSim)
-	switch {
-	case err != nil:
-		return nil, err
-	case sb == nil:
-		log.InfoContext(ctx, "sandbox does not work here; the sim agent runs no process and needs none", "agent", agentName)
-	case !sb.Boxed():
-		log.WarnContext(ctx, "WHILLY_SANDBOX=none: agents run unboxed, as this user, with this machine's files and network", "agent", agentName)
-	default:
-		attrs := []any{"agent", agentName, "net", sb.Net(), "limits", sb.LimitsNote()}
-		if sb.Net() == sandbox.NetProxy {
-			registries := sandbox.RegistriesOff
-			if sb.Registries() {
-				registries = sandbox.RegistriesAuto
-			}
-			attrs = append(attrs, "allowed_hosts", strings.Join(sb.AllowedHosts(agentName, getenv), ","),
-				"registries", registries, "upstream_proxy", sandbox.WorkerProxies(getenv))
-		}
-		log.InfoContext(ctx, "sandbox works: agents run under bubblewrap", attrs...)
-		if !sb.LimitsEnforced() {
-			log.WarnContext(ctx, "sandbox limits are a best effort", "limits", sb.LimitsNote(), "agent", agentName)
-		}
-		if hidden := sandbox.HiddenPath(getenv("PATH"), getenv("HOME"), set.Tools); len(hidden) > 0 {
-			log.WarnContext(ctx, "agents in the box do not see these PATH entries (relative, or under HOME); add a toolchain among them to WHILLY_SANDBOX_TOOLS",
-				"path", hidden)
-		}
-	}
-	return sb, nil
-}
-
-// drainVerdict says why a drained run failed (SPEC §12, the Action's step): a task it
+// drainVerdict says why a drained run failed (the GitHub Action's step): a task it
 // ran ended FAILED, or its plan ended FAILED or CANCELLED or is paused on its budget. ""
 // means it did not.
-func drainVerdict(planID string, sum Summary, plans []PlanState) string {
+func drainVerdict(planID string, sum worker.Summary, plans []worker.PlanState) string {
 	if n := len(sum.TasksFailed); n > 0 {
 		return fmt.Sprintf("%d tasks this worker ran ended FAILED: %s", n, strings.Join(sum.TasksFailed, ", "))
 	}
@@ -366,16 +300,4 @@ func simFromEnv(c *config.Env) (agent.SimConfig, error) {
 	}
 	sc.FailRate, err = c.Number(config.SimFailRate)
 	return sc, err
-}
-
-// AgentConfig reads the agent settings of the environment (CLAUDE_BIN, CODEX_BIN,
-// WHILLY_AGENT_CMD, WHILLY_PRICES_FILE). Timeouts and the model are per request and read by the caller.
-func AgentConfig(env *config.Env) agent.Config {
-	return agent.Config{
-		ClaudeBin: env.String(config.ClaudeBin),
-		CodexBin:  env.String(config.CodexBin),
-		Command:   env.Raw(config.AgentCmd),
-		// Checked at start-up (config.PricesFile's Check); New loads it.
-		PricesFile: env.String(config.PricesFile),
-	}
 }

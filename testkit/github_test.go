@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/testkit"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // failures is a testing.TB that records what would fail the test instead of failing it.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/plan"
 )
 

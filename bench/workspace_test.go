@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whilly-go/whilly/internal/bench"
+	"github.com/whilly-go/whilly/bench"
 	"github.com/whilly-go/whilly/sandbox"
 )
 

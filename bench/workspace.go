@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/whilly-go/whilly/control/client"
-	"github.com/whilly-go/whilly/internal/fakegithub"
+	"github.com/whilly-go/whilly/fakegithub"
 	"github.com/whilly-go/whilly/sandbox"
 	whillyworker "github.com/whilly-go/whilly/worker"
 )
