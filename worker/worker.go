@@ -49,7 +49,7 @@ type Config struct {
 	// LogDir receives one log file per attempt; "" keeps no log files.
 	LogDir string
 	// WorkDir is where the agent runs when the claim has no workspace; "" is the current
-	// directory. Home is the HOME of the agent's environment ("" is $HOME): a boxed agent
+	// directory. Home is the HOME of the agent's environment (its caller reads it; "" checks only that the directory is not /): a boxed agent
 	// may not work in a directory that holds it (CheckWorkDir).
 	WorkDir string
 	Home    string
@@ -184,9 +184,6 @@ func New(api *client.Client, ag agent.Agent, log *slog.Logger, cfg Config) (*Wor
 	log = log.With("worker_id", cfg.WorkerID)
 	ws := NewWorkspaces(cfg.WorkspaceDir, cfg.Git, log)
 	ws.gate = cfg.Gate
-	if cfg.Home == "" {
-		cfg.Home = os.Getenv("HOME")
-	}
 	w := &Worker{api: api, agent: ag, log: log, cfg: cfg, ws: ws, plansOnDisk: map[string]bool{},
 		workDirErr: CheckWorkDir(cfg.Sandbox, ag.Name(), cfg.WorkDir, cfg.Home)}
 	if cfg.Cache.Dir != "" && ag.Name() != agent.NameSim {
