@@ -49,8 +49,8 @@ type Config struct {
 	// LogDir receives one log file per attempt; "" keeps no log files.
 	LogDir string
 	// WorkDir is where the agent runs when the claim has no workspace; "" is the current
-	// directory. Home is the HOME of the agent's environment (its caller reads it; "" checks only that the directory is not /): a boxed agent
-	// may not work in a directory that holds it (CheckWorkDir).
+	// directory. Home is the HOME of the agent's environment, read by the caller: a boxed
+	// agent may not work in a directory that holds it, nor in / (CheckWorkDir).
 	WorkDir string
 	Home    string
 	// WorkspaceDir holds the per-plan checkouts of claims that carry a workspace
