@@ -141,14 +141,17 @@ func (s *Store) StartRevocation(ctx context.Context, installationID int64) ([]st
 	return nil, fmt.Errorf("start the push token revocation of installation %d: %w", installationID, err)
 }
 
-// RetryRevocation is a failed revocation job of installationID: its retry waits, and the
-// plans it cleared (planIDs) are marked as waiting for it again, so that changes
-// meanwhile ask for no other job.
+// RetryRevocation is a failed revocation job of installationID: the plans it cleared
+// (planIDs) are marked as waiting for it again, in id order, then its installation, so
+// that changes meanwhile ask for no other job — its retry will clear and list anew. Two
+// statements, so that neither holds a lock while it waits for one a change holds.
 func (s *Store) RetryRevocation(ctx context.Context, installationID int64, planIDs []string) error {
-	if _, err := s.pool.Exec(ctx, `WITH r AS (
-		INSERT INTO push_token_revocations (installation_id) VALUES ($1) ON CONFLICT (installation_id) DO UPDATE SET since = now()
-	)
-	UPDATE github_mirror SET revoke_at = coalesce(revoke_at, now()) WHERE plan_id = ANY ($2::text[])`, installationID, nonNil(planIDs)); err != nil {
+	if _, err := s.pool.Exec(ctx, `UPDATE github_mirror gm SET revoke_at = coalesce(gm.revoke_at, now()) WHERE gm.plan_id IN (
+		SELECT plan_id FROM github_mirror WHERE plan_id = ANY ($1::text[]) ORDER BY plan_id FOR UPDATE)`, nonNil(planIDs)); err != nil {
+		return fmt.Errorf("mark the push token revocation of installation %d for its retry: %w", installationID, err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO push_token_revocations (installation_id) VALUES ($1)
+		ON CONFLICT (installation_id) DO UPDATE SET since = now()`, installationID); err != nil {
 		return fmt.Errorf("mark the push token revocation of installation %d for its retry: %w", installationID, err)
 	}
 	return nil
