@@ -21,8 +21,9 @@ type HooksConfig struct {
 // the hook inserts what that calls for: the mirror's job when none waits (most changes
 // of a busy plan need none) or when the plan has ended (its final sync, at once), the
 // revocation of the push tokens of ended leases of the plan's installation when none
-// waits either (one job for all its plans), and a new plan's start dispatch. They need only the job inserter, not the store: the store is built
-// with them, before anything that uses it (one store, hooks fixed at construction).
+// waits either (one job for all its plans), and a new plan's start dispatch. They need
+// only the job inserter, not the store: the store is built with them, before anything
+// that uses it (one store, hooks fixed at construction).
 func Hooks(jobs Jobs, cfg HooksConfig) queue.Hooks {
 	return queue.Hooks{PlanChanged: func(ctx context.Context, tx pgx.Tx, c queue.ChangedPlan) error {
 		if c.RevokeDue {

@@ -251,9 +251,9 @@ func (p *PushTokens) RevokeInstallation(ctx context.Context, inst int64) (err er
 
 // revokeEnded lists the ended leases' tokens a page at a time (list), until a page is not
 // full: a lease that ends after that list enqueues a job of its own (RevokeInstallation),
-// or is left to the sweep. A page's tokens are revoked on GitHub revokeAtOnce at a time, and those
-// revoked (or expired) are forgotten in one statement, also when another failed: the
-// first failure is the job's.
+// or is left to the sweep. A page's tokens are revoked on GitHub revokeAtOnce at a time,
+// and those revoked (or expired) are forgotten in one statement, also when another
+// failed: the first failure is the job's.
 func (p *PushTokens) revokeEnded(ctx context.Context, s *sealer, list func(limit int) ([]queue.PushToken, error)) error {
 	for {
 		toks, err := list(revokePage)
