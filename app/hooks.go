@@ -20,14 +20,15 @@ type HooksConfig struct {
 // transaction, the store has marked a GitHub plan's mirror dirty (queue.ChangedPlan);
 // the hook inserts what that calls for: the mirror's job when none waits (most changes
 // of a busy plan need none) or when the plan has ended (its final sync, at once), the
-// revocation of the push tokens of ended leases when none waits either, and a new plan's
-// start dispatch. They need only the job inserter, not the store: the store is built
-// with them, before anything that uses it (one store, hooks fixed at construction).
+// revocation of the push tokens of ended leases of the plan's installation when none
+// waits either (one job for all its plans), and a new plan's start dispatch. They need
+// only the job inserter, not the store: the store is built with them, before anything
+// that uses it (one store, hooks fixed at construction).
 func Hooks(jobs Jobs, cfg HooksConfig) queue.Hooks {
 	return queue.Hooks{PlanChanged: func(ctx context.Context, tx pgx.Tx, c queue.ChangedPlan) error {
 		if c.RevokeDue {
-			if _, err := jobs.InsertTx(ctx, tx, RevokePushTokensArgs{PlanID: c.PlanID}, nil); err != nil {
-				return fmt.Errorf("enqueue push token revocation of plan %s: %w", c.PlanID, err)
+			if err := wantRevocation(ctx, tx, jobs, c.Installation); err != nil {
+				return err
 			}
 		}
 		if c.Fresh && cfg.Dispatch {
@@ -43,6 +44,19 @@ func Hooks(jobs Jobs, cfg HooksConfig) queue.Hooks {
 		}
 		return nil
 	}}
+}
+
+// wantRevocation inserts the revocation job of installation inst, in the transaction of
+// a change that ended a lease of one of its plans, unless one waits (queue.WantRevocation).
+func wantRevocation(ctx context.Context, tx pgx.Tx, jobs Jobs, inst int64) error {
+	insert, err := queue.WantRevocation(ctx, tx, inst)
+	if err != nil || !insert {
+		return err
+	}
+	if _, err := jobs.InsertTx(ctx, tx, RevokePushTokensArgs{Installation: &inst}, nil); err != nil {
+		return fmt.Errorf("enqueue push token revocation of installation %d: %w", inst, err)
+	}
+	return nil
 }
 
 // startDispatch records a new GitHub plan's start dispatch and inserts its job, in the

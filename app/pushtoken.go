@@ -31,9 +31,12 @@ import (
 // It is persisted: never rename it.
 const KindRevokePushTokens = "whilly.github_revoke_push_tokens"
 
-// RevokePushTokensArgs names the plan whose ended leases' tokens to revoke ("" every
-// plan: the periodic sweep).
+// RevokePushTokensArgs names the installation whose plans' ended leases' tokens to
+// revoke: one job for all of its plans, however many leases ended (nil every plan: the
+// periodic sweep).
 type RevokePushTokensArgs struct {
+	Installation *int64 `json:"installation_id,omitempty"`
+	// PlanID names the plan of a job enqueued before the jobs were per installation.
 	PlanID string `json:"plan_id,omitempty"`
 }
 
@@ -156,8 +159,9 @@ func (s *sealer) open(sealed []byte, leaseID string) (string, error) {
 }
 
 // PushTokens revokes the push tokens of ended leases: in the transaction of every plan
-// change that ends one (Hooks) it enqueues the plan's revocation, and a periodic
-// sweep catches the rest (a lease that ended before its token was recorded).
+// change that ends one (Hooks) it enqueues the revocation of the plan's installation
+// unless one waits, and a periodic sweep catches the rest (a lease that ended before its
+// token was recorded).
 type PushTokens struct {
 	store *queue.Store
 	f     *Factory
@@ -197,46 +201,62 @@ func (w *revokeWorker) Timeout(*river.Job[RevokePushTokensArgs]) time.Duration {
 }
 
 func (w *revokeWorker) Work(ctx context.Context, job *river.Job[RevokePushTokensArgs]) error {
+	if job.Args.Installation != nil {
+		return w.p.RevokeInstallation(ctx, *job.Args.Installation)
+	}
 	return w.p.RevokeEnded(ctx, job.Args.PlanID)
 }
 
-// RevokeEnded revokes on GitHub the push token of every ended lease (of planID, or of
-// every plan when it is "") and forgets it. Tokens that expired are forgotten unasked.
-// A plan's job first says it no longer waits (queue.Store.MarkRevocation explains why
-// no ended lease is missed), so that a lease ending from then on enqueues the next job;
-// if it fails, it says again that it waits (its retry), so that changes meanwhile do not.
-func (p *PushTokens) RevokeEnded(ctx context.Context, planID string) (err error) {
+// RevokeEnded revokes on GitHub the push token of every ended lease of planID (of every
+// plan when it is "": the sweep) and forgets it. Tokens that expired are forgotten unasked.
+func (p *PushTokens) RevokeEnded(ctx context.Context, planID string) error {
 	s, err := newSealer(p.f)
 	if err != nil {
 		return err
 	}
-	if planID != "" {
-		if err := p.store.MarkRevocation(ctx, planID, false); err != nil {
-			return err
-		}
-		defer func() {
-			if err == nil {
-				return
-			}
-			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if merr := p.store.MarkRevocation(mctx, planID, true); merr != nil {
-				// The next change enqueues another job: a duplicate, nothing lost.
-				p.log.WarnContext(ctx, "push token revocation left unmarked", "plan_id", planID, "error", merr)
-			}
-		}()
-	}
-	return p.revokeEnded(ctx, s, planID)
+	return p.revokeEnded(ctx, s, func(limit int) ([]queue.PushToken, error) {
+		return p.store.EndedPushTokens(ctx, planID, limit)
+	})
 }
 
-// revokeEnded lists the ended leases' tokens a page at a time, until a page is not full:
-// a lease that ends after that list enqueues a job of its own (RevokeEnded), or is left
-// to the sweep. A page's tokens are revoked on GitHub revokeAtOnce at a time, and those
-// revoked (or expired) are forgotten in one statement, also when another failed: the
-// first failure is the job's.
-func (p *PushTokens) revokeEnded(ctx context.Context, s *sealer, planID string) error {
+// RevokeInstallation is the revocation job of installation inst: it revokes the push
+// token of every ended lease of the installation's plans. It first says that it no longer
+// waits (queue.Store.StartRevocation explains why no ended lease is missed), so that a
+// lease ending from then on asks for the next job; if it fails, it says again that it
+// waits (its retry), so that changes meanwhile do not.
+func (p *PushTokens) RevokeInstallation(ctx context.Context, inst int64) (err error) {
+	s, err := newSealer(p.f)
+	if err != nil {
+		return err
+	}
+	plans, err := p.store.StartRevocation(ctx, inst)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if merr := p.store.RetryRevocation(mctx, inst, plans); merr != nil {
+			// The next change enqueues another job: a duplicate, nothing lost.
+			p.log.WarnContext(ctx, "push token revocation left unmarked", "installation_id", inst, "error", merr)
+		}
+	}()
+	return p.revokeEnded(ctx, s, func(limit int) ([]queue.PushToken, error) {
+		return p.store.EndedPushTokensOf(ctx, inst, limit)
+	})
+}
+
+// revokeEnded lists the ended leases' tokens a page at a time (list), until a page is not
+// full: a lease that ends after that list enqueues a job of its own (RevokeInstallation),
+// or is left to the sweep. A page's tokens are revoked on GitHub revokeAtOnce at a time,
+// and those revoked (or expired) are forgotten in one statement, also when another
+// failed: the first failure is the job's.
+func (p *PushTokens) revokeEnded(ctx context.Context, s *sealer, list func(limit int) ([]queue.PushToken, error)) error {
 	for {
-		toks, err := p.store.EndedPushTokens(ctx, planID, revokePage)
+		toks, err := list(revokePage)
 		if err != nil || len(toks) == 0 {
 			return err
 		}

@@ -16,11 +16,12 @@ import (
 	"github.com/whilly-go/whilly/testkit"
 )
 
-// A plan's revocation job says it no longer waits (revoke_at cleared), under the mirror
-// row's lock, before it lists the plan's ended tokens: a change holding the row makes it
-// wait before it revokes anything, and a lease ending after the clear enqueues the next
-// job. When it fails it says again that it waits, for its retry, so that the plan's
-// changes in the meantime enqueue no other. Each run revokes every token and forgets it.
+// An installation's revocation job says it no longer waits for its plans (revoke_at
+// cleared), under each mirror row's lock, before it lists the plans' ended tokens: a
+// change holding the row makes it wait before it revokes anything, and a lease ending
+// after the clear enqueues the next job. When it fails it says again that it waits, for
+// its retry, so that the plans' changes in the meantime enqueue no other. Each run
+// revokes every token and forgets it.
 func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -85,8 +86,8 @@ func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- pt.RevokeEnded(ctx, info.ID) }()
-	testkit.WaitingOnLock(t, pool, "UPDATE github_mirror SET revoke_at")
+	go func() { done <- pt.RevokeInstallation(ctx, 7) }()
+	testkit.WaitingOnLock(t, pool, "UPDATE github_mirror gm SET revoke_at")
 	if n := gh.CountRequests("DELETE", "/installation/token"); n != 0 {
 		t.Fatalf("the job revoked %d tokens before it cleared its mark: a lease ending meanwhile would wait for the sweep", n)
 	}
@@ -107,7 +108,7 @@ func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	gh.Fail(testkit.Fault{Method: "DELETE", Path: "/installation/token", Status: http.StatusBadGateway, Times: 1})
-	if err := pt.RevokeEnded(ctx, info.ID); err == nil {
+	if err := pt.RevokeInstallation(ctx, 7); err == nil {
 		t.Fatal("the revocation succeeded while GitHub answered 502")
 	}
 	if !waiting() {
@@ -118,7 +119,7 @@ func TestARevocationJobClearsItsMarkAndRestoresItWhenItFails(t *testing.T) {
 	if left, err := st.EndedPushTokens(ctx, info.ID, 100); err != nil || len(left) != 1 {
 		t.Fatalf("after one of two revocations failed: %d tokens left (%v), want the failed one only", len(left), err)
 	}
-	if err := pt.RevokeEnded(ctx, info.ID); err != nil {
+	if err := pt.RevokeInstallation(ctx, 7); err != nil {
 		t.Fatal(err)
 	}
 	if waiting() {

@@ -236,7 +236,9 @@ func connect(ctx context.Context, s Setup) (*env, error) {
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand never fails on supported platforms
-	return &env{s: s, log: log, pool: pool, store: queue.NewStore(pool, log, s.Queue), tracer: tr,
+	qcfg := s.Queue
+	qcfg.JobQueuePrefix = jobQueuePrefix + hex.EncodeToString(b[:]) + "_"
+	return &env{s: s, log: log, pool: pool, store: queue.NewStore(pool, log, qcfg), tracer: tr,
 		suffix: fmt.Sprintf("%s-%s", time.Now().UTC().Format("20060102t150405"), hex.EncodeToString(b[:]))}, nil
 }
 
@@ -282,6 +284,7 @@ func (e *env) close(ctx context.Context) {
 		}
 	}
 	e.revokeWorkers(ctx)
+	e.deleteJobs(ctx)
 	for _, id := range e.plans {
 		if _, err := e.store.ResetPlan(ctx, id, queue.ResetOptions{Hard: true}); err != nil && !errors.Is(err, queue.ErrNotFound) {
 			e.log.WarnContext(ctx, "bench: delete scratch plan", "plan_id", id, "error", err)
@@ -294,6 +297,23 @@ func (e *env) close(ctx context.Context) {
 	}
 	e.closeGitHub()
 	e.pool.Close()
+}
+
+// jobQueuePrefix begins the names of the River queues of a benchmark's control plane
+// (queue.Config.JobQueuePrefix), one set per run: no other control plane on the database
+// works them, and close deletes their jobs.
+const jobQueuePrefix = "whilly_bench_"
+
+// deleteJobs deletes the jobs of the benchmark's own River queues and the queues, once
+// its control plane has stopped.
+func (e *env) deleteJobs(ctx context.Context) {
+	like := strings.ReplaceAll(e.store.Config().JobQueuePrefix, "_", `\_`) + "%"
+	if _, err := e.pool.Exec(ctx, `DELETE FROM river_job WHERE queue LIKE $1`, like); err != nil {
+		e.log.WarnContext(ctx, "bench: delete the benchmark's jobs", "error", err)
+	}
+	if _, err := e.pool.Exec(ctx, `DELETE FROM river_queue WHERE name LIKE $1`, like); err != nil {
+		e.log.WarnContext(ctx, "bench: delete the benchmark's queues", "error", err)
+	}
 }
 
 // startGitHub starts the fake GitHub with the bench's installation and returns the

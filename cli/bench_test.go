@@ -69,6 +69,7 @@ func assertNoScratch(t *testing.T, dsn string) {
 func TestBenchClaimsSmall(t *testing.T) {
 	t.Parallel()
 	dsn := testkit.DSN(t)
+	watchJobQueues(t, dsn)
 	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn},
 		"claims", "--workers", "3", "--tasks", "60", "--chain", "10", "--idle", "500ms")
 	last := lastLine(out)
@@ -80,6 +81,7 @@ func TestBenchClaimsSmall(t *testing.T) {
 	}
 	t.Log(last)
 	assertNoScratch(t, dsn)
+	assertOwnQueues(t, dsn)
 }
 
 // `whilly bench e2e` drives real whilly-worker processes; its last line is the summary.

@@ -9,8 +9,57 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/whilly-go/whilly/migrations"
 	"github.com/whilly-go/whilly/testkit"
 )
+
+// watchJobQueues migrates the database at dsn and records from then on the River queue
+// of every job inserted, for assertOwnQueues.
+func watchJobQueues(t *testing.T, dsn string) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := migrations.Up(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE test_job_queues (queue text NOT NULL);
+		CREATE FUNCTION test_job_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO test_job_queues VALUES (NEW.queue); RETURN NEW; END $$;
+		CREATE TRIGGER test_job_queue AFTER INSERT ON river_job FOR EACH ROW EXECUTE FUNCTION test_job_queue();`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertOwnQueues checks that a benchmark put its River jobs in queues of its own
+// (whilly_bench…), never in the queues a control plane on the same database works,
+// and left none behind (watchJobQueues).
+func assertOwnQueues(t *testing.T, dsn string) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var shared []string
+	if err := pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT queue), '{}') FROM test_job_queues WHERE queue NOT LIKE 'whilly\_bench%'`).Scan(&shared); err != nil {
+		t.Fatal(err)
+	}
+	if len(shared) > 0 {
+		t.Errorf("the benchmark inserted jobs in the queues %v, which a control plane on the same database works", shared)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("the benchmark left %d River jobs behind", left)
+	}
+}
 
 // assertNoIssuePlans checks that a GitHub benchmark deleted the plans its issues made.
 func assertNoIssuePlans(t *testing.T, dsn string) {
@@ -34,6 +83,7 @@ func assertNoIssuePlans(t *testing.T, dsn string) {
 func TestBenchIntakeSmall(t *testing.T) {
 	t.Parallel()
 	dsn := testkit.DSN(t)
+	watchJobQueues(t, dsn)
 	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn}, "intake", "--issues", "4", "--workers", "2", "--rate", "50")
 	last := lastLine(out)
 	re := regexp.MustCompile(`^issues=4 eyes_p50_ms=\d+\.\d eyes_p99_ms=\d+\.\d claim_p50_ms=\d+\.\d claim_p99_ms=\d+\.\d$`)
@@ -43,6 +93,7 @@ func TestBenchIntakeSmall(t *testing.T) {
 	t.Log(last)
 	assertNoScratch(t, dsn)
 	assertNoIssuePlans(t, dsn)
+	assertOwnQueues(t, dsn)
 }
 
 // A small `whilly bench scale` runs every issue's plan to done under GitHub's limits,
@@ -50,6 +101,7 @@ func TestBenchIntakeSmall(t *testing.T) {
 func TestBenchScaleSmall(t *testing.T) {
 	t.Parallel()
 	dsn := testkit.DSN(t)
+	watchJobQueues(t, dsn)
 	out, _ := runBench(t, map[string]string{"WHILLY_DATABASE_URL": dsn}, "scale", "--installations", "2", "--issues", "2",
 		"--tasks", "3", "--workers", "4", "--task-time", "20ms", "--timeout", "2m", "--github-latency", "30ms")
 	last := lastLine(out)
@@ -66,6 +118,7 @@ func TestBenchScaleSmall(t *testing.T) {
 	t.Log(last)
 	assertNoScratch(t, dsn)
 	assertNoIssuePlans(t, dsn)
+	assertOwnQueues(t, dsn)
 }
 
 // Bad flags are usage errors that say what is wrong, before anything runs.

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/control"
-	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // The onboarding line WORKER_TOKEN=$(whilly worker register … --plan ID): stdout is no

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/sandbox"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // gatedPlan's last task is one the decision gate rejects.

@@ -17,11 +17,11 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/intake"
 	"github.com/whilly-go/whilly/fakegithub"
-	"github.com/whilly-go/whilly/testkit"
+	"github.com/whilly-go/whilly/intake"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 func TestLabeledDeliveryBecomesPlanLabelReactionAndOneComment(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // TestBudgetLoweredBelowSpentPausesThePlan: a budget lowered to what the plan already

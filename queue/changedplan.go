@@ -16,8 +16,12 @@ type ChangedPlan struct {
 	Fresh     bool // … and its mirror row was created by this change (the plan's first)
 	MirrorDue bool // … and no mirror job is known to wait for it: the hook inserts one
 	// RevokeDue: a lease of the plan that holds a push token has ended, and no revocation
-	// job is known to wait for the plan (github_mirror.revoke_at): the hook inserts one.
+	// job is known to wait for the plan (github_mirror.revoke_at): the hook asks for the
+	// revocation job of the plan's installation (WantRevocation).
 	RevokeDue bool
+	// Installation is the plan's GitHub App installation (0 none), whose revocation job
+	// revokes the push tokens of every plan of it.
+	Installation int64
 	// Final: … and the plan is DONE, FAILED or CANCELLED after this change: the hook
 	// inserts the sync that tells the issue at once, whatever the mirror's pacing.
 	Final bool
@@ -32,8 +36,8 @@ const mirrorJobLost = "10 minutes"
 // token of an ended lease of the plan waits and no revocation job is known to wait
 // (revoke_at NULL, or older than mirrorJobLost: the job may have been lost), else as it
 // was. It is computed under the mirror row's lock, which every change of the plan takes
-// here; the job clears revoke_at (MarkRevocation) under that lock before it lists the
-// tokens, so no ended lease is left without a job that will see it.
+// here; the installation's job clears revoke_at (StartRevocation) under that lock before
+// it lists the tokens, so no ended lease is left without a job that will see it.
 const revokeDue = `CASE WHEN (gm.revoke_at IS NULL OR gm.revoke_at < now() - interval '` + mirrorJobLost + `')
 		AND EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = gm.plan_id AND ` + leaseEnded + `)
 	THEN now() ELSE gm.revoke_at END`
@@ -48,7 +52,7 @@ const revokeDue = `CASE WHEN (gm.revoke_at IS NULL OR gm.revoke_at < now() - int
 // version (creating the row on the plan's first change) and says whether a mirror job
 // is due, whether a revocation of its ended leases' push tokens is (revokeDue), and
 // whether the plan has ended (its status as the transaction left it: run it after the
-// plan is settled). A
+// plan is settled), with the plan's installation. A
 // plan without a mirror row before this change — one without an issue (push tokens are
 // minted for issue plans only), or an issue plan's first change — is told to revoke
 // whenever a token of an ended lease exists, as before revoke_at: the row it creates has
@@ -76,8 +80,8 @@ const markChangedSQL = `WITH p AS (
 )
 SELECT p.id, m.plan_id IS NOT NULL, coalesce(m.fresh, false), coalesce(m.due, false),
 	coalesce(m.revoke, EXISTS (SELECT 1 FROM push_tokens pt WHERE pt.plan_id = p.id AND ` + leaseEnded + `)),
-	m.plan_id IS NOT NULL AND EXISTS (SELECT 1 FROM plans x WHERE x.id = p.id AND x.status IN ('DONE', 'FAILED', 'CANCELLED'))
-FROM p LEFT JOIN m ON m.plan_id = p.id ORDER BY p.id`
+	m.plan_id IS NOT NULL AND coalesce(x.status IN ('DONE', 'FAILED', 'CANCELLED'), false), coalesce(x.installation_id, 0)
+FROM p LEFT JOIN m ON m.plan_id = p.id LEFT JOIN plans x ON x.id = p.id ORDER BY p.id`
 
 // touched names what a transaction may have changed: plans for certain, and tasks of a
 // plan and workers' claims to look at (markChangedSQL's parameters).
@@ -99,7 +103,7 @@ func scanChanges(rows pgx.Rows, err error) ([]ChangedPlan, error) {
 	}
 	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ChangedPlan, error) {
 		var c ChangedPlan
-		err := r.Scan(&c.PlanID, &c.Dirty, &c.Fresh, &c.MirrorDue, &c.RevokeDue, &c.Final)
+		err := r.Scan(&c.PlanID, &c.Dirty, &c.Fresh, &c.MirrorDue, &c.RevokeDue, &c.Final, &c.Installation)
 		return c, err
 	})
 	if err != nil {

@@ -43,7 +43,7 @@ func TestABusyPlanEnqueuesOneMirrorJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	importTasks(t, st, widePlan("local", 2))
-	if got := take(); !slices.Contains(got, queue.ChangedPlan{PlanID: "gh", Dirty: true, Fresh: true, MirrorDue: true}) {
+	if got := take(); !slices.Contains(got, queue.ChangedPlan{PlanID: "gh", Dirty: true, Fresh: true, MirrorDue: true, Installation: 7}) {
 		t.Fatalf("changes of the import = %+v; want gh dirty, fresh and its mirror job due", got)
 	}
 	w1, w2 := register(t, st), register(t, st)
@@ -65,7 +65,7 @@ func TestABusyPlanEnqueuesOneMirrorJob(t *testing.T) {
 		t.Fatalf("changes of two claims and two handoffs = %+v; want one per transaction, at least 3", busy)
 	}
 	for _, c := range busy {
-		if c != (queue.ChangedPlan{PlanID: "gh", Dirty: true}) {
+		if c != (queue.ChangedPlan{PlanID: "gh", Dirty: true, Installation: 7}) {
 			t.Fatalf("change of a plan whose mirror job waits = %+v; want dirty, no job due", c)
 		}
 	}
@@ -87,7 +87,7 @@ func TestABusyPlanEnqueuesOneMirrorJob(t *testing.T) {
 		t.Fatalf("finish an overtaken mirror run = %v, %v; want dirty", dirty, err)
 	}
 	mustClaim(t, st, w1, "gh")
-	if got := take(); !slices.Equal(got, []queue.ChangedPlan{{PlanID: "gh", Dirty: true}}) {
+	if got := take(); !slices.Equal(got, []queue.ChangedPlan{{PlanID: "gh", Dirty: true, Installation: 7}}) {
 		t.Fatalf("change after an overtaken run = %+v; want dirty, no job due", got)
 	}
 	// A run that found nothing left: the next change enqueues again.
@@ -98,7 +98,7 @@ func TestABusyPlanEnqueuesOneMirrorJob(t *testing.T) {
 		t.Fatalf("finish a mirror run = %v, %v; want clean", dirty, err)
 	}
 	mustClaim(t, st, w2, "gh")
-	if got := take(); !slices.Equal(got, []queue.ChangedPlan{{PlanID: "gh", Dirty: true, MirrorDue: true}}) {
+	if got := take(); !slices.Equal(got, []queue.ChangedPlan{{PlanID: "gh", Dirty: true, MirrorDue: true, Installation: 7}}) {
 		t.Fatalf("change after a clean run = %+v; want its mirror job due", got)
 	}
 	mustClaim(t, st, w2, "gh")
@@ -108,7 +108,7 @@ func TestABusyPlanEnqueuesOneMirrorJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustClaim(t, st, w1, "gh")
-	if got := take(); !slices.Equal(got, []queue.ChangedPlan{{PlanID: "gh", Dirty: true, MirrorDue: true}}) {
+	if got := take(); !slices.Equal(got, []queue.ChangedPlan{{PlanID: "gh", Dirty: true, MirrorDue: true, Installation: 7}}) {
 		t.Fatalf("change long after the last job = %+v; want its mirror job due", got)
 	}
 }

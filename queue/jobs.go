@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/whilly-go/whilly/internal/logging"
 )
@@ -112,13 +114,19 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 	}
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}
 	maps.Copy(queues, cfg.Queues)
+	prefix := store.cfg.JobQueuePrefix
+	own := make(map[string]river.QueueConfig, len(queues))
+	for name, q := range queues {
+		own[prefix+name] = q
+	}
 	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{
 		Logger:               logging.Demote(log), // River's INFO lines are routine: DEBUG
 		FetchCooldown:        FetchCooldown,
 		RescueStuckJobsAfter: RescueAfter,
-		Queues:               queues,
+		Queues:               own,
 		Workers:              workers,
 		PeriodicJobs:         periodic,
+		Hooks:                store.queueHooks(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create river client: %w", err)
@@ -131,11 +139,27 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 // them. It notifies a queue of every insert that comes InsertNotifyCooldown or more after
 // the last one it notified. It logs to the store's logger.
 func NewInserter(store *Store) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{Logger: logging.Demote(store.log), FetchCooldown: InsertNotifyCooldown})
+	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{Logger: logging.Demote(store.log), FetchCooldown: InsertNotifyCooldown,
+		Hooks: store.queueHooks()})
 	if err != nil {
 		return nil, fmt.Errorf("create the job inserter: %w", err)
 	}
 	return client, nil
+}
+
+// queueHooks are the River hooks that put every job inserted in the store's own queues
+// (Config.JobQueuePrefix); none without a prefix.
+func (s *Store) queueHooks() []rivertype.Hook {
+	prefix := s.cfg.JobQueuePrefix
+	if prefix == "" {
+		return nil
+	}
+	return []rivertype.Hook{river.HookInsertBeginFunc(func(_ context.Context, p *rivertype.JobInsertParams) error {
+		if !strings.HasPrefix(p.Queue, prefix) {
+			p.Queue = prefix + p.Queue
+		}
+		return nil
+	})}
 }
 
 // RescueAfter is how long a job may run before River takes it for stuck and retries it:

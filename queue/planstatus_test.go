@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // planMove is a change of a plan's status.

@@ -51,12 +51,13 @@ func tryEndLeaseWithToken(st *queue.Store, w queue.Worker, planID string) error 
 	return nil
 }
 
-// revocationJobs counts the revocation jobs of planID in river_job, whatever their state.
-func revocationJobs(t testing.TB, pool *pgxpool.Pool, planID string) int {
+// revocationJobs counts the revocation jobs of installation inst in river_job, whatever
+// their state.
+func revocationJobs(t testing.TB, pool *pgxpool.Pool, inst int64) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE kind = $1 AND args->>'plan_id' = $2`,
-		app.KindRevokePushTokens, planID).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE kind = $1 AND (args->>'installation_id')::bigint = $2`,
+		app.KindRevokePushTokens, inst).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -104,8 +105,8 @@ func TestABusyPlanEnqueuesOneRevocation(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if n := revocationJobs(t, pool, "gh"); n != 1 {
-		t.Fatalf("%d leases with push tokens ended: %d revocation jobs of the plan; want 1", workers*each, n)
+	if n := revocationJobs(t, pool, 7); n != 1 {
+		t.Fatalf("%d leases with push tokens ended: %d revocation jobs of the plan's installation; want 1", workers*each, n)
 	}
 	ended, err := st.EndedPushTokens(context.Background(), "gh", 100)
 	if err != nil || len(ended) != workers*each {
@@ -113,8 +114,8 @@ func TestABusyPlanEnqueuesOneRevocation(t *testing.T) {
 	}
 }
 
-// TestALeaseEndedWhileItsPlanIsRevokedIsRevoked: the revocation job clears revoke_at
-// before it lists the plan's ended tokens (MarkRevocation), so a lease that ends after the
+// TestALeaseEndedWhileItsPlanIsRevokedIsRevoked: the installation's revocation job clears
+// revoke_at before it lists the plan's ended tokens (StartRevocation), so a lease that ends after the
 // clear enqueues the next job, and one whose transaction took the mirror row's lock first
 // makes the clear wait for its commit, so the job's list sees it — no ended lease waits
 // for the periodic sweep. A failed job marks the plan waiting again (its retry lists
@@ -147,15 +148,15 @@ func TestALeaseEndedWhileItsPlanIsRevokedIsRevoked(t *testing.T) {
 	w := register(t, st)
 	jobs := func(want int, when string) {
 		t.Helper()
-		if n := revocationJobs(t, pool, "gh"); n != want {
-			t.Fatalf("%s: %d revocation jobs of the plan; want %d", when, n, want)
+		if n := revocationJobs(t, pool, 7); n != want {
+			t.Fatalf("%s: %d revocation jobs of the plan's installation; want %d", when, n, want)
 		}
 	}
 	endLeaseWithToken(t, st, w, "gh")
 	jobs(1, "a lease ended")
 
 	// The job starts: a lease that ends from then on enqueues the next job, once.
-	if err := st.MarkRevocation(ctx, "gh", false); err != nil {
+	if _, err := st.StartRevocation(ctx, 7); err != nil {
 		t.Fatal(err)
 	}
 	endLeaseWithToken(t, st, w, "gh")
@@ -178,8 +179,11 @@ func TestALeaseEndedWhileItsPlanIsRevokedIsRevoked(t *testing.T) {
 	}()
 	<-entered
 	cleared := make(chan error, 1)
-	go func() { cleared <- st.MarkRevocation(ctx, "gh", false) }()
-	testkit.WaitingOnLock(t, pool, "UPDATE github_mirror SET revoke_at")
+	go func() {
+		_, err := st.StartRevocation(ctx, 7)
+		cleared <- err
+	}()
+	testkit.WaitingOnLock(t, pool, "UPDATE github_mirror gm SET revoke_at")
 	select {
 	case err := <-cleared:
 		t.Fatalf("the job's clear returned (%v) while a change of the plan held the mirror row", err)
@@ -203,7 +207,7 @@ func TestALeaseEndedWhileItsPlanIsRevokedIsRevoked(t *testing.T) {
 
 	// The job failed: it says it waits again (its retry will clear and list), so a
 	// change meanwhile enqueues no other.
-	if err := st.MarkRevocation(ctx, "gh", true); err != nil {
+	if err := st.RetryRevocation(ctx, 7, []string{"gh"}); err != nil {
 		t.Fatal(err)
 	}
 	endLeaseWithToken(t, st, w, "gh")
@@ -216,6 +220,12 @@ func TestALeaseEndedWhileItsPlanIsRevokedIsRevoked(t *testing.T) {
 	endLeaseWithToken(t, st, w, "gh")
 	jobs(0, "a lease ended within the bound of a lost job")
 	if _, err := pool.Exec(ctx, `UPDATE github_mirror SET revoke_at = now() - interval '11 minutes' WHERE plan_id = 'gh'`); err != nil {
+		t.Fatal(err)
+	}
+	endLeaseWithToken(t, st, w, "gh")
+	jobs(0, "a lease ended within the bound of its installation's lost job")
+	if _, err := pool.Exec(ctx, `UPDATE github_mirror SET revoke_at = now() - interval '11 minutes' WHERE plan_id = 'gh';
+		UPDATE push_token_revocations SET since = now() - interval '11 minutes'`); err != nil {
 		t.Fatal(err)
 	}
 	endLeaseWithToken(t, st, w, "gh")

@@ -54,6 +54,12 @@ type Config struct {
 	// Hooks are fixed when the store is built: every transaction of the store runs the
 	// same hooks, whichever part of the process made the change.
 	Hooks Hooks
+	// JobQueuePrefix, when set, gives the store's River clients (NewRiver, NewInserter)
+	// queues of their own: every job they insert goes to the queue of its name with this
+	// prefix, and NewRiver's client works those queues, not the shared ones. whilly bench
+	// sets it, so that its control plane's jobs — against a fake GitHub — are never worked
+	// by a control plane on the same database, and are deleted afterwards.
+	JobQueuePrefix string
 }
 
 // Hooks let other packages act inside the store's transactions — typically to insert a
