@@ -14,7 +14,6 @@ import (
 
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/migrations"
-	"github.com/whilly-go/whilly/queue"
 )
 
 // versionCLI is a fake claude that prints version on --version.
@@ -64,7 +63,7 @@ func TestDoctorOnAHealthySetup(t *testing.T) {
 	}
 	a, _ := githubTestApp(env)
 	ctx := context.Background()
-	cp, err := a.startControlPlane(ctx, queue.NewStore(testkit.DB(t), nil, queue.Config{}), ln)
+	cp, err := a.startControlPlane(ctx, testkit.DB(t), ln)
 	if err != nil {
 		t.Fatal(err)
 	}
