@@ -103,7 +103,7 @@ func githubParts(st *queue.Store, jobs *river.Client[pgx.Tx], log *slog.Logger, 
 // GitHub.Pull, the poll of the App's delivery log as well), the delivery, mirror,
 // reconciler (and with GitHub.Dispatch dispatch) jobs, and the workspaces of claims of
 // repository plans (push tokens minted per repository); the mirror's hook on every plan
-// change is storeHooks'. Without an App it only answers /webhook with 503 naming what is
+// change is StoreHooks'. Without an App it only answers /webhook with 503 naming what is
 // missing (and, with IntakeOnly and a token, has the intake for whilly forge); with
 // one, the webhook secret is required.
 func githubPart(ctx context.Context, st *queue.Store, jobs *river.Client[pgx.Tx], log *slog.Logger, cfg Config) (*part, error) {

@@ -11,11 +11,11 @@ import (
 	"github.com/whilly-go/whilly/triz"
 )
 
-// storeHooks are the store's hooks for the capabilities cfg configures, inserting
+// StoreHooks are the store's hooks for the capabilities cfg configures, inserting
 // through jobs: the GitHub side's (mirror, push tokens, dispatch) and the TRIZ
-// analyzer's. The store is built with them, before anything that uses it; this is the
-// only place they are assembled.
-func storeHooks(cfg Config, jobs *river.Client[pgx.Tx], log *slog.Logger) queue.Hooks {
+// analyzer's. New builds the store with them, before anything that uses it; this is the
+// only place they are assembled (queue's tests run its races under them too).
+func StoreHooks(cfg Config, jobs *river.Client[pgx.Tx], log *slog.Logger) queue.Hooks {
 	var h queue.Hooks
 	if cfg.GitHub.intake() {
 		h = githubConfig(cfg).Hooks(jobs)

@@ -87,7 +87,7 @@ func TestTRIZPartConfiguration(t *testing.T) {
 		t.Fatalf("enabled: %v, %v", p, err)
 	}
 	// The analyzer's hook is the store's, fixed when the control plane builds it.
-	if h := storeHooks(configOf(t, on), nil, discard); h.TaskFailed == nil || h.PlanChanged != nil {
+	if h := StoreHooks(configOf(t, on), nil, discard); h.TaskFailed == nil || h.PlanChanged != nil {
 		t.Fatalf("store hooks with TRIZ on and no App: %+v; want TaskFailed only", h)
 	}
 	if periodic := p.register(river.NewWorkers()); len(periodic) != 0 {
@@ -101,7 +101,7 @@ func TestGitHubPartIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 	st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
 	ctx := context.Background()
 	cfg := configOf(t, map[string]string{"WHILLY_DATA_DIR": t.TempDir()})
-	if h := storeHooks(cfg, nil, discard); h.PlanChanged != nil || h.TaskFailed != nil {
+	if h := StoreHooks(cfg, nil, discard); h.PlanChanged != nil || h.TaskFailed != nil {
 		t.Errorf("store hooks without WHILLY_GITHUB_APP_ID: %+v; want none", h)
 	}
 	if p, err := githubPart(ctx, st, nil, discard, cfg); err != nil || p == nil || p.register != nil ||
@@ -138,7 +138,7 @@ func TestGitHubPartIsOffWithoutAnAppAndStrictWithOne(t *testing.T) {
 	if err != nil || p == nil || p.routes["/webhook"] == nil || p.workspaces == nil || p.github == nil {
 		t.Fatalf("configured: %+v, %v", p, err)
 	}
-	if h := storeHooks(cfg, nil, discard); h.PlanChanged == nil {
+	if h := StoreHooks(cfg, nil, discard); h.PlanChanged == nil {
 		t.Fatalf("store hooks with the App: %+v; want the GitHub side's PlanChanged", h)
 	}
 	w := river.NewWorkers()
@@ -178,11 +178,11 @@ func TestGitHubIntakeOverATokenOnlyWhenAsked(t *testing.T) {
 	t.Parallel()
 	st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
 	cfg := configOf(t, map[string]string{"WHILLY_GITHUB_TOKEN": "ghp_for_tests", "WHILLY_DATA_DIR": t.TempDir()})
-	if p, err := githubPart(context.Background(), st, nil, discard, cfg); err != nil || p.github != nil || storeHooks(cfg, nil, discard).PlanChanged != nil {
+	if p, err := githubPart(context.Background(), st, nil, discard, cfg); err != nil || p.github != nil || StoreHooks(cfg, nil, discard).PlanChanged != nil {
 		t.Errorf("a token, serving: %+v, %v; want no intake and no hooks", p, err)
 	}
 	cfg.GitHub.IntakeOnly = true
-	if p, err := githubPart(context.Background(), st, nil, discard, cfg); err != nil || p.github == nil || storeHooks(cfg, nil, discard).PlanChanged == nil {
+	if p, err := githubPart(context.Background(), st, nil, discard, cfg); err != nil || p.github == nil || StoreHooks(cfg, nil, discard).PlanChanged == nil {
 		t.Errorf("a token, intake only: %+v, %v; want the intake and its hooks", p, err)
 	}
 }

@@ -87,7 +87,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, cfg Config) 
 		return nil, asConfigError(err)
 	}
 	qcfg := cfg.Queue
-	qcfg.Hooks = storeHooks(cfg, jobs, log)
+	qcfg.Hooks = StoreHooks(cfg, jobs, log)
 	st := queue.NewStore(pool, log, qcfg)
 	parts, err := buildParts(ctx, st, jobs, log, cfg)
 	if err != nil {
@@ -114,7 +114,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, cfg Config) 
 }
 
 // buildParts returns the capabilities cfg configures, over the one store (whose hooks
-// are storeHooks), so what a part writes fires every hook too.
+// are StoreHooks), so what a part writes fires every hook too.
 func buildParts(ctx context.Context, st *queue.Store, jobs *river.Client[pgx.Tx], log *slog.Logger, cfg Config) ([]*part, error) {
 	makers := []func() (*part, error){
 		func() (*part, error) { return githubPart(ctx, st, jobs, log, cfg) },

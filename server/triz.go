@@ -11,7 +11,7 @@ import (
 )
 
 // trizPart is the TRIZ failure analyzer, or nil when it is off. Every failed attempt
-// enqueues a triz job in its FAIL transaction (storeHooks); the control plane's River
+// enqueues a triz job in its FAIL transaction (StoreHooks); the control plane's River
 // client runs it with the analyzer agent (TRIZ.Agent, else claude), each run bounded by
 // TRIZ.Timeout.
 func trizPart(st *queue.Store, log *slog.Logger, cfg Config) (*part, error) {
