@@ -24,6 +24,7 @@ import (
 	"github.com/whilly-go/whilly/internal/testkit"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/server"
 	"github.com/whilly-go/whilly/triz"
 	"github.com/whilly-go/whilly/webhook"
 )
@@ -150,13 +151,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.dispatch {
 		gcfg.Dispatch = &app.DispatchConfig{Idle: o.dispatchIdle}
 	}
-	hooks := gcfg.Hooks(rc)
-	if o.analyzer != nil {
-		hooks.TaskFailed = func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error {
-			return triz.Enqueue(ctx, tx, rc, f, log)
-		}
-	}
-	st := queue.NewStore(pool, log, queue.Config{BackoffBase: 10 * time.Millisecond, Hooks: hooks})
+	// The hooks of `whilly serve` with the App (and TRIZ with an analyzer).
+	scfg := server.Config{GitHub: server.GitHub{AppID: gh.AppID, Dispatch: o.dispatch}, TRIZ: server.TRIZ{Enabled: o.analyzer != nil}}
+	st := queue.NewStore(pool, log, queue.Config{BackoffBase: 10 * time.Millisecond, Hooks: server.StoreHooks(scfg, rc, log)})
 	if o.analyzer != nil {
 		tw, err := triz.NewWorker(st, triz.Config{Agent: o.analyzer, Timeout: 10 * time.Second, Logger: log})
 		if err != nil {
