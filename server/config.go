@@ -34,9 +34,13 @@ type Config struct {
 	PublicURL string
 	// DataDir holds the push token seal key generated on first use (WHILLY_DATA_DIR).
 	DataDir string
-	GitHub  GitHub
-	TRIZ    TRIZ
-	SignIn  SignIn
+	// PollInterval is how often River's queues look for jobs besides the insert
+	// notifications, but for those with an interval of their own; 0: River's default
+	// (1 s). Tests shorten it.
+	PollInterval time.Duration
+	GitHub       GitHub
+	TRIZ         TRIZ
+	SignIn       SignIn
 	// QuestionAgent builds, by name, the agent that answers questions (the planner, the
 	// TRIZ analyzer): read-only and sandboxed. FromEnv gives the one configured like a
 	// worker's agent; nil refuses every name.
@@ -59,8 +63,10 @@ type GitHub struct {
 	// secret.
 	IntakeOnly bool
 	APIURL     string
-	Mirror     time.Duration
-	Reconcile  time.Duration
+	// Mirror paces the mirror (WHILLY_GITHUB_MIRROR_INTERVAL); its PublicURL, when
+	// empty, is the control plane's.
+	Mirror    ghapp.MirrorConfig
+	Reconcile time.Duration
 	// Dispatch (WHILLY_DISPATCH_ACTIONS) sends repository_dispatch whilly-work when a
 	// plan of a repository starts, and again every DispatchIdle while its ready tasks
 	// wait for a worker (WHILLY_DISPATCH_INTERVAL).
@@ -81,8 +87,8 @@ type GitHub struct {
 	// its calls bounded by PlannerTimeout.
 	Planner        string
 	PlannerTimeout time.Duration
-	// Intake is what plans from issues may ask for and whose issues are taken in; its
-	// Planner is set by New.
+	// Intake is what plans from issues may ask for and whose issues are taken in; New
+	// sets its Planner from the one named by Planner unless it is set.
 	Intake intake.Config
 }
 
@@ -202,7 +208,7 @@ func githubFromEnv(c *config.Env, appFile bool) (GitHub, error) {
 	var secret, key string
 	for _, read := range []func() error{
 		func() (err error) { g.Token, err = c.Secret(config.GitHubToken); return err },
-		func() (err error) { g.Mirror, err = c.Duration(config.GitHubMirrorInterval); return err },
+		func() (err error) { g.Mirror.Coalesce, err = c.Duration(config.GitHubMirrorInterval); return err },
 		func() (err error) { g.Reconcile, err = c.Duration(config.GitHubReconcileInterval); return err },
 		func() (err error) { g.Dispatch, err = c.Bool(config.DispatchActions); return err },
 		func() (err error) { g.DispatchIdle, err = c.Duration(config.DispatchInterval); return err },

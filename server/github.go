@@ -66,8 +66,11 @@ func githubPlanner(cfg Config, log *slog.Logger) (intake.Planner, time.Duration,
 func githubConfig(cfg Config) intake.GitHubConfig {
 	g := cfg.GitHub
 	c := intake.GitHubConfig{
-		Mirror:    ghapp.MirrorConfig{Coalesce: g.Mirror, PublicURL: cfg.PublicURL},
+		Mirror:    g.Mirror,
 		Reconcile: ghapp.ReconcileConfig{Interval: g.Reconcile, NoRedeliver: g.Pull},
+	}
+	if c.Mirror.PublicURL == "" {
+		c.Mirror.PublicURL = cfg.PublicURL
 	}
 	if g.Dispatch && g.HasApp() {
 		c.Dispatch = &ghapp.DispatchConfig{Idle: g.DispatchIdle}
@@ -82,16 +85,16 @@ func githubParts(st *queue.Store, jobs *river.Client[pgx.Tx], log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	planner, limit, err := githubPlanner(cfg, log)
-	if err != nil {
-		return nil, err
-	}
 	gc := githubConfig(cfg)
 	gc.Intake = cfg.GitHub.Intake
 	if gc.Intake.Budget <= 0 {
 		return nil, configErrorf("WHILLY_GITHUB_BUDGET_USD must be more than 0 USD, got %s", gc.Intake.Budget)
 	}
-	gc.Intake.Planner, gc.Intake.PlannerLimit = planner, limit
+	if gc.Intake.Planner == nil {
+		if gc.Intake.Planner, gc.Intake.PlannerLimit, err = githubPlanner(cfg, log); err != nil {
+			return nil, err
+		}
+	}
 	g, err := intake.NewGitHub(st, f, jobs, log, gc)
 	if err != nil {
 		return nil, asConfigError(err)

@@ -42,11 +42,6 @@ func TestOneBuildOfTheControlPlane(t *testing.T) {
 		// The River baseline of `whilly bench claims`: River itself, measured against the
 		// control plane; it runs no whilly job.
 		"internal/bench/river.go": "river",
-		// The GitHub side's harness works its jobs with River polling every 20 ms and
-		// without the process's schedules (the reconciler would call the fake GitHub the
-		// tests count); its store has StoreHooks. To go: New with River's settings in
-		// Config.
-		"intake/harness_test.go": "river",
 	}
 	hookTests := map[string]bool{"queue": true, "app": true, "triz": true, "intake": true}
 	var found []string

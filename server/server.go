@@ -93,7 +93,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, cfg Config) 
 	if err != nil {
 		return nil, err
 	}
-	rc, err := newRiver(st, log, parts)
+	rc, err := newRiver(st, log, cfg, parts)
 	if err != nil {
 		return nil, err
 	}
@@ -134,12 +134,12 @@ func buildParts(ctx context.Context, st *queue.Store, jobs *river.Client[pgx.Tx]
 }
 
 // newRiver is the control plane's River client: the default queue and the parts'.
-func newRiver(st *queue.Store, log *slog.Logger, parts []*part) (*river.Client[pgx.Tx], error) {
+func newRiver(st *queue.Store, log *slog.Logger, cfg Config, parts []*part) (*river.Client[pgx.Tx], error) {
 	queues := map[string]river.QueueConfig{}
 	for _, p := range parts {
 		maps.Copy(queues, p.queues)
 	}
-	return queue.NewRiver(st, log, queue.JobsConfig{Queues: queues, Register: func(w *river.Workers) []*river.PeriodicJob {
+	return queue.NewRiver(st, log, queue.JobsConfig{Queues: queues, PollInterval: cfg.PollInterval, Register: func(w *river.Workers) []*river.PeriodicJob {
 		var periodic []*river.PeriodicJob
 		for _, p := range parts {
 			if p.register != nil {
@@ -200,6 +200,10 @@ func (s *Server) Store() *queue.Store { return s.store }
 
 // Handler is the control plane's HTTP handler (the API, the webhook, the web page).
 func (s *Server) Handler() http.Handler { return s.http.Handler }
+
+// Jobs is the control plane's River client: it inserts jobs, and works them once
+// started.
+func (s *Server) Jobs() *river.Client[pgx.Tx] { return s.jobs }
 
 // GitHub is the GitHub side's assembly, or nil without the App (or, with
 // GitHub.IntakeOnly, the token).
