@@ -18,12 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/control/client"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/server"
 	"github.com/whilly-go/whilly/testkit"
 	"github.com/whilly-go/whilly/triz"
 )
@@ -73,7 +72,7 @@ func fakeClaudePrinting(t *testing.T, out string) string {
 	return fakeCLI(t, "claude", "cat >/dev/null\ncat '"+f+"'\n")
 }
 
-// testPlane is what `whilly serve` runs (startControlPlane) with the TRIZ extension
+// testPlane is what `whilly serve` runs (startControlPlane) with the TRIZ analyzer
 // from env, on a loopback port over a test database.
 type testPlane struct {
 	store *queue.Store // with the extensions' hooks
@@ -84,7 +83,6 @@ func startTestPlane(t *testing.T, env map[string]string) *testPlane {
 	t.Helper()
 	pool := testkit.DB(t)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	base := queue.NewStore(pool, log, queue.Config{BackoffBase: 20 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
 	env["WHILLY_BOOTSTRAP_TOKEN"] = "boot-token"
 	a := newApp(IO{Getenv: unboxedEnv(env)}, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -92,7 +90,9 @@ func startTestPlane(t *testing.T, env map[string]string) *testPlane {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	cp, err := a.startControlPlane(ctx, base, ln)
+	cp, err := a.startControlPlane(ctx, pool, ln, func(c *server.Config) {
+		c.Queue.BackoffBase, c.Queue.BackoffMax = 20*time.Millisecond, 20*time.Millisecond
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func startTestPlane(t *testing.T, env map[string]string) *testPlane {
 			t.Errorf("shut the control plane down: %v", err)
 		}
 	})
-	st := cp.store
+	st := cp.Store()
 	p, err := plan.Parse([]byte(trizPlan))
 	if err != nil {
 		t.Fatal(err)
@@ -449,42 +449,4 @@ func failureWithoutTriz(t *testing.T) (string, queue.TaskInfo) {
 		t.Fatal(err)
 	}
 	return failureTypes(evs), ti
-}
-
-func TestTrizExtensionConfiguration(t *testing.T) {
-	t.Parallel()
-	build := func(env map[string]string) (*extension, error) {
-		a := newApp(IO{Getenv: unboxedEnv(env)}, slog.New(slog.DiscardHandler))
-		return a.trizExtension(nil)
-	}
-	for _, off := range []string{"", "0", "false", "off"} {
-		if ext, err := build(map[string]string{"WHILLY_TRIZ_ENABLED": off}); ext != nil || err != nil {
-			t.Errorf("WHILLY_TRIZ_ENABLED=%q: %v, %v; want off", off, ext, err)
-		}
-	}
-	for name, env := range map[string]map[string]string{
-		"typo":            {"WHILLY_TRIZ_ENABLED": "ture"},
-		"bad timeout":     {"WHILLY_TRIZ_ENABLED": "1", "WHILLY_TRIZ_TIMEOUT": "soon"},
-		"unknown agent":   {"WHILLY_TRIZ_ENABLED": "1", "WHILLY_TRIZ_AGENT": "gpt"},
-		"command, no cmd": {"WHILLY_TRIZ_ENABLED": "1", "WHILLY_AGENT": "command"},
-	} {
-		_, err := build(env)
-		var ee *exitError
-		if !errors.As(err, &ee) || ee.code != ExitEnv {
-			t.Errorf("%s: err = %v, want a configuration error (exit 2)", name, err)
-		}
-	}
-	on := map[string]string{"WHILLY_TRIZ_ENABLED": "1", "WHILLY_AGENT": "codex"}
-	ext, err := build(on)
-	if err != nil || ext == nil || ext.register == nil {
-		t.Fatalf("enabled: %v, %v", ext, err)
-	}
-	// The analyzer's hook is the store's, fixed when the control plane builds it.
-	h, err := newApp(IO{Getenv: unboxedEnv(on)}, slog.New(slog.DiscardHandler)).storeHooks(nil)
-	if err != nil || h.TaskFailed == nil || h.PlanChanged != nil {
-		t.Fatalf("store hooks with TRIZ on and no App: %+v, %v; want TaskFailed only", h, err)
-	}
-	if periodic := ext.register(river.NewWorkers()); len(periodic) != 0 {
-		t.Errorf("periodic jobs: %d", len(periodic))
-	}
 }

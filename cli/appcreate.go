@@ -5,13 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -20,6 +18,7 @@ import (
 
 	ghapp "github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/internal/config"
+	"github.com/whilly-go/whilly/server"
 )
 
 // appCreateTimeout bounds the wait for the browser to come back from GitHub.
@@ -59,7 +58,7 @@ points at GitHub Enterprise Server (the new-App page is on its web host).`,
 	return cmd
 }
 
-func (a *app) credentialsPath() string { return filepath.Join(a.dataDir(), ghapp.CredentialsFile) }
+func (a *app) credentialsPath() string { return server.CredentialsPath(a.cfg) }
 
 func (a *app) runAppCreate(ctx context.Context, org string, openBrowser bool) error {
 	if org != "" {
@@ -167,16 +166,4 @@ func startBrowser(ctx context.Context, url string) error {
 	}
 	go func() { _ = cmd.Wait() }() // reap it
 	return nil
-}
-
-// appCredentials reads the file of `whilly app create`; ok is false when there is none.
-func (a *app) appCredentials() (c ghapp.Credentials, ok bool, err error) {
-	c, err = ghapp.ReadCredentials(a.credentialsPath())
-	if errors.Is(err, fs.ErrNotExist) {
-		return c, false, nil
-	}
-	if err != nil {
-		return c, false, envf("%w", err)
-	}
-	return c, true, nil
 }

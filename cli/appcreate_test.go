@@ -17,7 +17,6 @@ import (
 	"time"
 
 	ghapp "github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/testkit"
 )
 
@@ -250,7 +249,7 @@ func TestServeRefusesACredentialsFileOthersCanRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, _ := githubTestApp(map[string]string{"WHILLY_DATA_DIR": dataDir, "WHILLY_GITHUB_API_URL": gh.URL()})
-	_, err := a.githubExtension(context.Background(), queue.NewStore(testkit.DB(t), nil, queue.Config{}), nil)
+	_, err := a.serverConfig()
 	if err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a world-readable credentials file: %v, want it refused", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,9 +15,9 @@ import (
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/bench"
-	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
+	"github.com/whilly-go/whilly/server"
 )
 
 func (a *app) benchCommand() *cobra.Command {
@@ -54,43 +53,33 @@ func (a *app) benchSetup(ctx context.Context, poolSize int) (bench.Setup, error)
 		Pool: cfg, PoolSize: poolSize, Queue: qcfg, Log: a.log, Progress: a.io.Err,
 		Connect: func(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) { return a.openPool(ctx, cfg) },
 		Serve: func(ctx context.Context, st *queue.Store, ln net.Listener, o bench.ServeOptions) (bench.Server, error) {
-			return a.benchServeApp(o).startControlPlane(ctx, st, ln)
+			return a.startControlPlane(ctx, st.Pool(), ln, func(c *server.Config) {
+				c.Queue = st.Config()
+				benchServeConfig(c, o)
+			})
 		},
 	}, nil
 }
 
-// benchServeApp is this app with the configuration o asks for on top of the
-// environment: the GitHub App of the bench's fake GitHub (every other WHILLY_GITHUB_*
-// variable of the environment is ignored then) and TRIZ with the sim agent. The control
-// plane is then built by the very code `whilly serve` runs.
-func (a *app) benchServeApp(o bench.ServeOptions) *app {
+// benchServeConfig is the configuration of `whilly serve` in the environment with what
+// o asks for on top: the GitHub App of the bench's fake GitHub (with the table's
+// defaults for the rest of the GitHub side, whatever the environment says) and TRIZ with
+// the sim agent. The control plane is then built by the very code `whilly serve` runs.
+func benchServeConfig(c *server.Config, o bench.ServeOptions) {
 	if o.GitHub == nil && !o.TRIZ {
-		return a
+		return
 	}
-	over := map[string]string{}
+	defaults := server.Defaults()
 	if g := o.GitHub; g != nil {
-		over[string(config.GitHubAppID)] = strconv.FormatInt(g.AppID, 10)
-		over[string(config.GitHubPrivateKey)] = g.PrivateKeyPEM
-		over[string(config.GitHubWebhookSecret)] = g.WebhookSecret
-		over[string(config.GitHubAPIURL)] = g.APIURL
-		over[string(config.Planner)] = ""
+		c.GitHub = defaults.GitHub
+		c.GitHub.AppID, c.GitHub.PrivateKey = g.AppID, []byte(g.PrivateKeyPEM)
+		c.GitHub.WebhookSecret, c.GitHub.APIURL = []byte(g.WebhookSecret), g.APIURL
+		c.SignIn = server.SignIn{}
 	}
 	if o.TRIZ {
-		over[string(config.TrizEnabled)] = "1"
-		over[string(config.TrizAgent)] = agent.NameSim
+		c.TRIZ = defaults.TRIZ
+		c.TRIZ.Enabled, c.TRIZ.Agent = true, agent.NameSim
 	}
-	getenv := a.io.Getenv
-	stdio := a.io
-	stdio.Getenv = func(k string) string {
-		if v, ok := over[k]; ok {
-			return v
-		}
-		if o.GitHub != nil && strings.HasPrefix(k, "WHILLY_GITHUB_") {
-			return ""
-		}
-		return getenv(k)
-	}
-	return &app{io: stdio, cfg: config.New(stdio.Getenv), log: a.log}
 }
 
 // benchClaimsFlags are the claims benchmark's options and how to print them.

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -166,33 +165,16 @@ func (a *app) remoteDashboard(o dashboardOptions) (*dashSource, error) {
 // localDashboard starts an in-process control plane on a loopback port over the
 // configured database, and a client of it with a token of the dashboard's own.
 func (a *app) localDashboard(ctx context.Context) (*dashSource, error) {
-	st, closeDB, err := a.openStore(ctx)
+	cp, url, stopCP, err := a.localControlPlane(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		closeDB()
-		return nil, envf("listen on a loopback port: %w", err)
-	}
-	cp, err := a.startControlPlane(ctx, st, ln)
-	if err != nil {
-		_ = ln.Close() // nothing was served on it
-		closeDB()
-		return nil, err
-	}
-	stopCP := func() {
-		if err := cp.Shutdown(context.WithoutCancel(ctx)); err != nil {
-			a.log.WarnContext(ctx, "stop the dashboard's control plane", "error", err)
-		}
-		closeDB()
-	}
-	tok, err := a.newLocalToken(ctx, st)
+	tok, err := a.newLocalToken(ctx, cp.Store())
 	if err != nil {
 		stopCP()
 		return nil, err
 	}
-	api, err := client.New("http://"+ln.Addr().String(), "", client.Options{
+	api, err := client.New(url, "", client.Options{
 		UserAgent:  "whilly-dashboard",
 		HTTPClient: &http.Client{Transport: tok},
 	})

@@ -101,16 +101,26 @@ func (a *app) openPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool,
 	return pool, nil
 }
 
-// openStore connects and brings the schema up to date (under the migration lock, so
+// openDB connects and brings the schema up to date (under the migration lock, so
 // concurrent commands are safe). The caller closes the pool.
-func (a *app) openStore(ctx context.Context) (*queue.Store, func(), error) {
+func (a *app) openDB(ctx context.Context) (*pgxpool.Pool, error) {
 	pool, err := a.connect(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if _, err := migrations.Up(ctx, pool); err != nil {
 		pool.Close()
-		return nil, nil, envf("migrate the database: %w", err)
+		return nil, envf("migrate the database: %w", err)
+	}
+	return pool, nil
+}
+
+// openStore is openDB with a store without hooks over it, for commands that run no
+// control plane. The caller closes the pool.
+func (a *app) openStore(ctx context.Context) (*queue.Store, func(), error) {
+	pool, err := a.openDB(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	cfg, err := a.queueConfig()
 	if err != nil {

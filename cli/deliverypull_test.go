@@ -54,12 +54,12 @@ func TestPullModeTakesADeliveryFromTheLogOnceWithTwoReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cp, err := a.startControlPlane(ctx, queue.NewStore(pool, nil, queue.Config{}), ln)
+		cp, err := a.startControlPlane(ctx, pool, ln)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cp.Shutdown(ctx) })
-		stores = append(stores, cp.store)
+		stores = append(stores, cp.Store())
 	}
 
 	payload := testkit.WebhookPayload(t, "issues", "labeled", map[string]any{
@@ -123,7 +123,7 @@ func TestServeWithoutAnAppAnswersTheWebhookWith503(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	cp, err := a.startControlPlane(ctx, queue.NewStore(testkit.DB(t), nil, queue.Config{}), ln)
+	cp, err := a.startControlPlane(ctx, testkit.DB(t), ln)
 	if err != nil {
 		t.Fatal(err)
 	}

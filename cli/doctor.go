@@ -21,6 +21,7 @@ import (
 	"github.com/whilly-go/whilly/migrations"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/sandbox"
+	"github.com/whilly-go/whilly/server"
 	"github.com/whilly-go/whilly/worker/workerenv"
 )
 
@@ -279,7 +280,7 @@ func (a *app) doctorGitHub(ctx context.Context, rep *doctorReport) {
 		f = a.doctorAppJWT(ctx, rep, env)
 	}
 	switch {
-	case len(env.secret) > 0:
+	case len(env.WebhookSecret) > 0:
 		rep.add("webhook secret", checkOK, "set")
 	case hasApp:
 		rep.add("webhook secret", checkFail, "WHILLY_GITHUB_WEBHOOK_SECRET is not set: the webhook refuses every delivery")
@@ -288,10 +289,10 @@ func (a *app) doctorGitHub(ctx context.Context, rep *doctorReport) {
 	default:
 		rep.add("webhook secret", checkSkip, "no GitHub App")
 	}
-	switch {
-	case env.publicURL != "":
-		a.doctorPublicURL(ctx, rep, env.publicURL)
-	case hasApp && !env.pull:
+	switch public := a.cfg.String(config.PublicURL); {
+	case public != "":
+		a.doctorPublicURL(ctx, rep, public)
+	case hasApp && !env.Pull:
 		rep.add("public url", checkFail, "WHILLY_PUBLIC_URL is not set, so GitHub cannot deliver webhooks: set it, or set WHILLY_GITHUB_DELIVERIES=pull")
 	case hasApp:
 		rep.add("public url", checkSkip, "pull mode: no public URL needed")
@@ -307,8 +308,8 @@ func (a *app) doctorGitHub(ctx context.Context, rep *doctorReport) {
 
 // doctorAppJWT checks that GitHub accepts the App's JWT and returns the App's factory
 // when it does.
-func (a *app) doctorAppJWT(ctx context.Context, rep *doctorReport, env githubEnv) *ghapp.Factory {
-	f, err := env.factory(true)
+func (a *app) doctorAppJWT(ctx context.Context, rep *doctorReport, env server.GitHub) *ghapp.Factory {
+	f, err := env.Factory(nil)
 	if err != nil {
 		rep.add("github app", checkFail, "%v", err)
 		return nil
@@ -322,7 +323,7 @@ func (a *app) doctorAppJWT(ctx context.Context, rep *doctorReport, env githubEnv
 	}
 	self, err := ac.Self(ctx)
 	if err != nil {
-		rep.add("github app", checkFail, "App %d: GitHub refused its JWT or could not be reached (%v): check WHILLY_GITHUB_APP_ID, the private key and WHILLY_GITHUB_API_URL", env.appID, err)
+		rep.add("github app", checkFail, "App %d: GitHub refused its JWT or could not be reached (%v): check WHILLY_GITHUB_APP_ID, the private key and WHILLY_GITHUB_API_URL", env.AppID, err)
 		return nil
 	}
 	rep.add("github app", checkOK, "App %s (id %d): GitHub accepts its JWT", self.Slug, self.ID)

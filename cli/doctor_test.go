@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/whilly-go/whilly/migrations"
-	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/testkit"
 )
 
@@ -64,7 +63,7 @@ func TestDoctorOnAHealthySetup(t *testing.T) {
 	}
 	a, _ := githubTestApp(env)
 	ctx := context.Background()
-	cp, err := a.startControlPlane(ctx, queue.NewStore(testkit.DB(t), nil, queue.Config{}), ln)
+	cp, err := a.startControlPlane(ctx, testkit.DB(t), ln)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	ghapp "github.com/whilly-go/whilly/app"
+	"github.com/whilly-go/whilly/server"
 	"github.com/whilly-go/whilly/testkit"
 )
 
@@ -163,7 +164,7 @@ func TestDoctorSaysWhenTheWorkflowScanStopsAtItsBound(t *testing.T) {
 	for _, r := range []string{"acme/a", "acme/b", "acme/c"} {
 		gh.SetFile(r, ".github/workflows/ci.yml", "on: push\njobs: {x: {runs-on: x, steps: [{run: 'echo ${{ secrets.K }}'}]}}\n")
 	}
-	f, err := githubEnv{appID: gh.AppID, key: gh.KeyPEM, apiURL: gh.URL()}.factory(true)
+	f, err := server.GitHub{AppID: gh.AppID, PrivateKey: gh.KeyPEM, APIURL: gh.URL()}.Factory(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestDoctorNamesTheRepositoriesItCouldNotRead(t *testing.T) {
 	gh.SetFile("acme/a", ".github/workflows/ci.yml", "on: push\njobs: {x: {runs-on: x, steps: [{run: 'echo ${{ secrets.K }}'}]}}\n")
 	gh.SetFile("acme/b", ".github/workflows/ci.yml", "on: push\n")
 	gh.Fail(testkit.Fault{Method: "GET", Path: "/repos/acme/b/contents/.*", Status: 403})
-	f, err := githubEnv{appID: gh.AppID, key: gh.KeyPEM, apiURL: gh.URL()}.factory(true)
+	f, err := server.GitHub{AppID: gh.AppID, PrivateKey: gh.KeyPEM, APIURL: gh.URL()}.Factory(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	ghapp "github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/server"
 )
 
 func (a *app) forgeCommand() *cobra.Command {
@@ -43,40 +43,42 @@ GitHub Enterprise Server.`,
 			if err != nil {
 				return err
 			}
-			if !hasApp && env.token == "" {
+			if !hasApp && env.Token == "" {
 				return envf("%v", errNoGitHub)
 			}
-			return a.withStore(cmd.Context(), func(base *queue.Store) error {
-				ctx := cmd.Context()
-				// The store of `whilly serve` with the App: the same hooks, so the plan's
-				// mirror (and dispatch) jobs are enqueued with it.
-				jobs, err := a.jobInserter(base)
-				if err != nil {
-					return err
-				}
-				qcfg := base.Config()
-				qcfg.Hooks = githubConfig(env, hasApp).Hooks(jobs)
-				st := queue.NewStore(base.Pool(), a.log, qcfg)
-				parts, err := a.githubParts(st, jobs, env, hasApp)
-				if err != nil {
-					return err
-				}
-				res, err := parts.IntakeIssue(ctx, ref)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					if err := a.writeJSON(res); err != nil {
-						return err
-					}
-				} else {
-					a.printf("%s: %s\n", ref, res.Outcome)
-				}
-				if !res.Planned && res.PlanID == "" {
-					return failf("no plan was made for %s: %s", ref, res.Outcome)
-				}
-				return nil
+			ctx := cmd.Context()
+			pool, err := a.openDB(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			// The control plane of `whilly serve`, built but not started: the same store
+			// and hooks, so the plan's mirror (and dispatch) jobs are enqueued with it
+			// (server.GitHub.IntakeOnly: over the token too when there is no App). TRIZ
+			// is not needed.
+			cp, err := a.newControlPlane(ctx, pool, func(c *server.Config) {
+				c.GitHub.IntakeOnly = true
+				c.TRIZ.Enabled = false
 			})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = cp.Shutdown(ctx) }()
+			res, err := cp.GitHub().IntakeIssue(ctx, ref)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := a.writeJSON(res); err != nil {
+					return err
+				}
+			} else {
+				a.printf("%s: %s\n", ref, res.Outcome)
+			}
+			if !res.Planned && res.PlanID == "" {
+				return failf("no plan was made for %s: %s", ref, res.Outcome)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -15,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	ghapp "github.com/whilly-go/whilly/app"
-	"github.com/whilly-go/whilly/internal/config"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/testkit"
@@ -52,7 +51,7 @@ func newOperatorSite(t *testing.T) operatorSite {
 	})
 	st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
 	ctx := context.Background()
-	cp, err := a.startControlPlane(ctx, st, ln)
+	cp, err := a.startControlPlane(ctx, st.Pool(), ln)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +59,11 @@ func newOperatorSite(t *testing.T) operatorSite {
 	for _, name := range []string{"shop", "secret", "site"} {
 		p := &plan.Plan{ID: name, Name: "Plan of acme/" + name, Repo: "acme/" + name, Tasks: []plan.Task{
 			{ID: "T1", Priority: plan.PriorityMedium, Description: "Fix the spelling of commit in README.md"}}}
-		if _, err := cp.store.Import(ctx, p, queue.ImportOptions{}); err != nil {
+		if _, err := cp.Store().Import(ctx, p, queue.ImportOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return operatorSite{url: "http://" + ln.Addr().String(), gh: gh, store: cp.store}
+	return operatorSite{url: "http://" + ln.Addr().String(), gh: gh, store: cp.Store()}
 }
 
 // browser is an HTTP client with a cookie jar that follows redirects, as a browser does.
@@ -470,37 +469,16 @@ func TestRiverUIIsForAdminSessionsOnly(t *testing.T) {
 	}
 }
 
-// TestGitHubSignInTakesTheClientOfAppCreate: the OAuth client comes from the variables,
-// else from the file `whilly app create` writes; with neither there is no GitHub sign-in,
-// and half a client in the variables stops the command (exit 2).
+// TestGitHubSignInTakesTheClientOfAppCreate: half an OAuth client in the variables stops
+// the command (exit 2); where the client comes from is server's TestSignInTakesTheClientOfAppCreate.
 func TestGitHubSignInTakesTheClientOfAppCreate(t *testing.T) {
 	t.Parallel()
-	gh := testkit.NewGitHub(t)
-	id, secret := gh.OAuthClient()
 	dir := t.TempDir()
-	a, _ := githubTestApp(map[string]string{"WHILLY_DATA_DIR": dir, "WHILLY_GITHUB_API_URL": gh.URL()})
-	if gs, _, err := a.githubSignIn(); err != nil || gs != nil {
-		t.Fatalf("without a client: %v, %v; want none", gs, err)
-	}
-	if err := ghapp.WriteCredentials(a.credentialsPath(), ghapp.Credentials{AppID: gh.AppID, PrivateKey: string(gh.KeyPEM),
-		WebhookSecret: "s", ClientID: id, ClientSecret: secret}); err != nil {
-		t.Fatal(err)
-	}
-	gs, fromFile, err := a.githubSignIn()
-	if err != nil || gs == nil || !fromFile {
-		t.Fatalf("with the App file: %v, %v", gs, err)
-	}
-	if u := gs.AuthorizeURL("https://whilly.test/auth/github/callback", "st", "v"); !strings.Contains(u, "client_id="+id) || !strings.HasPrefix(u, gh.Server.URL+"/login/oauth/authorize?") {
-		t.Errorf("authorize URL %s: want the fake's page with the file's client id", u)
-	}
-	a, _ = githubTestApp(map[string]string{"WHILLY_DATA_DIR": dir, "WHILLY_GITHUB_CLIENT_ID": "Iv23other", "WHILLY_GITHUB_CLIENT_SECRET": "x"})
-	if gs, fromFile, err := a.githubSignIn(); err != nil || fromFile || !strings.Contains(gs.AuthorizeURL("https://w/cb", "s", "v"), "client_id=Iv23other") {
-		t.Errorf("the variables win over the file: %v", err)
-	}
-	a, _ = githubTestApp(map[string]string{"WHILLY_DATA_DIR": dir, "WHILLY_GITHUB_CLIENT_ID": "Iv23other"})
-	err = a.cfg.Check(config.Serve)
-	if err == nil || !strings.Contains(err.Error(), "WHILLY_GITHUB_CLIENT_SECRET") {
-		t.Errorf("a client id without its secret: %v, want an error naming WHILLY_GITHUB_CLIENT_SECRET", err)
+	a, _ := githubTestApp(map[string]string{"WHILLY_DATA_DIR": dir, "WHILLY_GITHUB_CLIENT_ID": "Iv23other"})
+	_, err := a.serverConfig()
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != ExitEnv || !strings.Contains(err.Error(), "WHILLY_GITHUB_CLIENT_SECRET") {
+		t.Errorf("a client id without its secret: %v, want exit 2 naming WHILLY_GITHUB_CLIENT_SECRET", err)
 	}
 }
 
@@ -517,9 +495,9 @@ func TestGitHubSignInRefusesAPlainHTTPPublicURL(t *testing.T) {
 			"WHILLY_GITHUB_API_URL": gh.URL(), "WHILLY_DATA_DIR": t.TempDir(),
 		})
 		st := queue.NewStore(testkit.DB(t), nil, queue.Config{})
-		cp, err := a.newControlPlane(context.Background(), st)
+		cp, err := a.newControlPlane(context.Background(), st.Pool())
 		if err == nil {
-			cp.cancel()
+			_ = cp.Shutdown(context.Background())
 			t.Fatalf("public URL %q: the control plane was built", public)
 		}
 		if !strings.Contains(err.Error(), "WHILLY_PUBLIC_URL") || !strings.Contains(err.Error(), "https") {

@@ -12,7 +12,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/whilly-go/whilly/control"
-	"github.com/whilly-go/whilly/queue"
 	"github.com/whilly-go/whilly/testkit"
 )
 
@@ -29,14 +28,14 @@ func TestOpenAPIMatchesTheRoutes(t *testing.T) {
 		"WHILLY_TRIZ_ENABLED": "1", "WHILLY_TRIZ_AGENT": "sim", "WHILLY_SANDBOX": "none",
 	}
 	a, _ := githubTestApp(env)
-	cp, err := a.newControlPlane(context.Background(), queue.NewStore(testkit.DB(t), nil, queue.Config{}))
+	cp, err := a.newControlPlane(context.Background(), testkit.DB(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cp.cancel)
-	routes, ok := cp.srv.Handler.(chi.Routes)
+	t.Cleanup(func() { _ = cp.Shutdown(context.Background()) })
+	routes, ok := cp.Handler().(chi.Routes)
 	if !ok {
-		t.Fatalf("the control plane's handler is a %T, not a chi router", cp.srv.Handler)
+		t.Fatalf("the control plane's handler is a %T, not a chi router", cp.Handler())
 	}
 	served := routeSet(t, routes)
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -116,11 +115,14 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 		return envf("%v", err)
 	}
 
-	st, closeDB, err := a.openStore(ctx)
+	// The control plane `whilly serve` runs, in this process: the workers claim from it
+	// over HTTP, and this command reads and writes through its store.
+	cp, base, stopCP, err := a.localControlPlane(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeDB()
+	defer stopCP()
+	st := cp.Store()
 	pi, err := st.GetPlan(ctx, o.planID)
 	if err != nil {
 		return storeErr(err)
@@ -149,18 +151,6 @@ func (a *app) runPlan(ctx context.Context, o runOptions) error {
 	if err != nil {
 		return err
 	}
-
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return envf("listen on a loopback port: %w", err)
-	}
-	cp, err := a.startControlPlane(ctx, st, ln)
-	if err != nil {
-		_ = ln.Close() // nothing was served on it
-		return err
-	}
-	defer func() { _ = cp.Shutdown(context.WithoutCancel(ctx)) }()
-	base := "http://" + ln.Addr().String()
 
 	logDir := o.logDir
 	if logDir == "" {

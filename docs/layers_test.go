@@ -158,13 +158,14 @@ func TestFindCycle(t *testing.T) {
 }
 
 // TestLibrariesTakeValues: only the composition roots read the environment (cli, the
-// binaries under cmd, worker/workerenv, which both of them use for the worker side, and
-// internal/config, the table they read it through); the libraries take values. Test
+// binaries under cmd, server's FromEnv for the control plane, worker/workerenv, which
+// both of them use for the worker side, and internal/config, the table they read it
+// through); the libraries take values. Test
 // support reads its own settings. A child process's environment built from the parent's
 // (os.Environ through an allow-list) is data, not configuration, and not checked here.
 func TestLibrariesTakeValues(t *testing.T) {
 	t.Parallel()
-	roots := []string{"cli", "cmd", "worker/workerenv", "internal/config", "testkit", "e2e", "examples", "testdata", "deploy", ".git"}
+	roots := []string{"cli", "cmd", "server", "worker/workerenv", "internal/config", "testkit", "e2e", "examples", "testdata", "deploy", ".git"}
 	// Where the environment is the interface, not the configuration.
 	except := map[string]string{
 		"internal/pglocal/binaries.go": "PATH: where the operating system's programs are",

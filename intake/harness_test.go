@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,16 +17,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/whilly-go/whilly/agent"
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/intake"
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/server"
 	"github.com/whilly-go/whilly/testkit"
-	"github.com/whilly-go/whilly/triz"
-	"github.com/whilly-go/whilly/webhook"
 )
 
 const (
@@ -119,81 +118,52 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 
 	pool := testkit.DB(t)
-	f, err := app.NewFactory(app.Config{AppID: gh.AppID, PrivateKey: gh.KeyPEM, APIURL: gh.URL(), Token: gh.Token})
+	secret := []byte("s3cret-for-tests")
+	// The control plane of `whilly serve` with the App of the fake GitHub: the store
+	// with the GitHub side's hooks, River working its jobs, the webhook on the
+	// control plane's router.
+	cfg := server.Defaults()
+	cfg.Queue.BackoffBase = 10 * time.Millisecond
+	cfg.PublicURL, cfg.DataDir = "https://whilly.example.com", t.TempDir()
+	cfg.PollInterval = 20 * time.Millisecond
+	g := &cfg.GitHub
+	g.AppID, g.PrivateKey, g.APIURL, g.Token, g.WebhookSecret = gh.AppID, gh.KeyPEM, gh.URL(), gh.Token, secret
+	// 20 syncs a minute, a plan alone every 3 s: the pacing the tests count their writes
+	// against (a round ends in one coalesced sync); production's 6 would make them wait
+	// 10 s for each sync after the first.
+	g.Mirror.Coalesce, g.Mirror.InstallationSyncsPerMinute = o.coalesce, 20
+	g.Dispatch, g.DispatchIdle = o.dispatch, o.dispatchIdle
+	if o.reconcileEvery > 0 {
+		g.Reconcile = o.reconcileEvery
+	}
+	g.Intake.Planner, g.Intake.AllowedOwners, g.Intake.RequireApproval = o.planner, o.allowedOwners, o.requireApproval
+	g.Intake.MaxRounds, g.Intake.AnalysisWait = o.maxRounds, 30*time.Second
+	if o.analyzer != nil {
+		cfg.TRIZ.Enabled, cfg.TRIZ.Timeout = true, 10*time.Second
+		cfg.QuestionAgent = func(string, *slog.Logger) (agent.Agent, error) { return o.analyzer, nil }
+	}
+	cp, err := server.New(ctx, pool, log, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	workers := river.NewWorkers()
-	cfg := &river.Config{
-		Logger: log, Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
-		Queues:      queue.GitHubQueues(),
-		JobTimeout:  time.Minute,
-		TestOnly:    true,
-		MaxAttempts: 25,
-	}
-	cfg.Queues[triz.QueueName] = river.QueueConfig{MaxWorkers: 2}
+	parts := cp.GitHub()
+	e := &env{t: t, ctx: ctx, gh: gh, pool: pool, store: cp.Store(), river: cp.Jobs(), svc: parts.Intake, mirror: parts.Mirror,
+		rec: parts.Reconciler, ws: parts.Workspaces, push: parts.PushTokens, disp: parts.Dispatcher, secret: secret, body: o.body}
 	if o.noRiver {
-		cfg.Queues = nil
+		srv := httptest.NewServer(cp.Handler())
+		t.Cleanup(srv.Close)
+		e.hookURL = srv.URL + "/webhook"
+		return e
 	}
-	rc, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The one assembly of `whilly serve` and `whilly forge intake`: the store built with
-	// the GitHub side's hooks, then every part over it.
-	gcfg := intake.GitHubConfig{
-		Intake: intake.Config{Planner: o.planner, AllowedOwners: o.allowedOwners, RequireApproval: o.requireApproval,
-			MaxRounds: o.maxRounds, Redact: agent.Redact, AnalysisWait: 30 * time.Second},
-		// 20 syncs a minute, a plan alone every 3 s: the pacing the tests count their writes
-		// against (a round ends in one coalesced sync); production's 6 would make them wait
-		// 10 s for each sync after the first.
-		Mirror: app.MirrorConfig{Coalesce: o.coalesce, PublicURL: "https://whilly.example.com", InstallationSyncsPerMinute: 20},
-	}
-	if o.dispatch {
-		gcfg.Dispatch = &app.DispatchConfig{Idle: o.dispatchIdle}
-	}
-	gcfg.Reconcile.Interval = o.reconcileEvery
-	hooks := gcfg.Hooks(rc)
-	if o.analyzer != nil {
-		hooks.TaskFailed = func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error {
-			return triz.Enqueue(ctx, tx, rc, f, log)
-		}
-	}
-	st := queue.NewStore(pool, log, queue.Config{BackoffBase: 10 * time.Millisecond, Hooks: hooks})
-	if o.analyzer != nil {
-		tw, err := triz.NewWorker(st, triz.Config{Agent: o.analyzer, Timeout: 10 * time.Second, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		river.AddWorker(workers, tw)
-	}
-	g, err := intake.NewGitHub(st, f, rc, log, gcfg)
-	if err != nil {
+	if err := cp.Start(ln); err != nil {
 		t.Fatal(err)
 	}
-	g.Register(workers)
-	e := &env{t: t, ctx: ctx, gh: gh, pool: pool, store: st, river: rc, svc: g.Intake, mirror: g.Mirror, rec: g.Reconciler,
-		ws: g.Workspaces, push: g.PushTokens, disp: g.Dispatcher, secret: []byte("s3cret-for-tests"), body: o.body}
-	if !o.noRiver {
-		if err := rc.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
-			defer c()
-			_ = rc.Stop(sctx)
-		})
-	}
-	hook, err := webhook.New(st, func(ctx context.Context, tx pgx.Tx, id string) error {
-		_, err := rc.InsertTx(ctx, tx, queue.GitHubDeliveryArgs{DeliveryID: id}, nil)
-		return err
-	}, log, webhook.Config{Secret: e.secret, Events: intake.Events()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(hook)
-	t.Cleanup(srv.Close)
-	e.hookURL = srv.URL + "/webhook"
+	t.Cleanup(func() { _ = cp.Shutdown(context.Background()) })
+	e.hookURL = "http://" + ln.Addr().String() + "/webhook"
 	return e
 }
 

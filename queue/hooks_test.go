@@ -15,8 +15,8 @@ import (
 
 	"github.com/whilly-go/whilly/app"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/server"
 	"github.com/whilly-go/whilly/testkit"
-	"github.com/whilly-go/whilly/triz"
 )
 
 // storeMaker builds a store over a fresh database.
@@ -47,11 +47,8 @@ func servingHooks(t testing.TB, pool *pgxpool.Pool) queue.Hooks {
 	if err != nil {
 		t.Fatalf("make plans GitHub plans: %v", err)
 	}
-	h := app.Hooks(jobs, app.HooksConfig{})
-	h.TaskFailed = func(ctx context.Context, tx pgx.Tx, f queue.TaskFailure) error {
-		return triz.Enqueue(ctx, tx, jobs, f, nil)
-	}
-	return h
+	// The App (its id is all the hooks look at) and TRIZ on.
+	return server.StoreHooks(server.Config{GitHub: server.GitHub{AppID: 1}, TRIZ: server.TRIZ{Enabled: true}}, jobs, nil)
 }
 
 // hookedStore is a store with servingHooks. It records the transactions in which the

@@ -81,6 +81,9 @@ type JobsConfig struct {
 	// Queues adds River queues beside the default one, so slow jobs (the failure
 	// analyzer) cannot hold up the lease reaper.
 	Queues map[string]river.QueueConfig
+	// PollInterval is how often a queue without a poll interval of its own looks for
+	// jobs besides the insert notifications; default River's (1 s). Tests shorten it.
+	PollInterval time.Duration
 }
 
 // NewRiver builds the control plane's River client with whilly's job workers and
@@ -122,6 +125,7 @@ func NewRiver(store *Store, log *slog.Logger, cfg JobsConfig) (*river.Client[pgx
 	client, err := river.NewClient(riverpgxv5.New(store.pool), &river.Config{
 		Logger:               logging.Demote(log), // River's INFO lines are routine: DEBUG
 		FetchCooldown:        FetchCooldown,
+		FetchPollInterval:    cfg.PollInterval,
 		RescueStuckJobsAfter: RescueAfter,
 		Queues:               own,
 		Workers:              workers,
