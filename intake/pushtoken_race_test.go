@@ -42,51 +42,7 @@ func TestPushTokensOfABusyPlanAllRevokedWithoutTheSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		tokens []string
-	)
-	for i := range workers {
-		w, _, err := e.store.RegisterWorker(ctx, fmt.Sprint("w", i), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				c, err := e.store.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if c == nil {
-					var left int
-					if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'PENDING'`).Scan(&left); err != nil {
-						t.Error(err)
-						return
-					}
-					if left == 0 {
-						return
-					}
-					continue // a claim may skip the tasks other transactions lock
-				}
-				l := queue.Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: w.ID}
-				ws, err := e.ws.Workspace(ctx, c.Plan, l)
-				if err != nil || ws == nil || ws.Token == "" {
-					t.Errorf("workspace of %s = %v, %v; want one with a token", c.Task.ID, ws, err)
-					return
-				}
-				mu.Lock()
-				tokens = append(tokens, ws.Token)
-				mu.Unlock()
-				if _, err := e.store.Complete(ctx, l, queue.CompleteInput{}); err != nil {
-					t.Errorf("complete %s: %v", c.Task.ID, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	tokens := endLeases(t, ctx, e, "", workers)
 	if len(tokens) != tasks {
 		t.Fatalf("%d tokens minted for %d tasks", len(tokens), tasks)
 	}
@@ -140,47 +96,10 @@ func TestLeasesEndingInManyPlansOfAnInstallationShareOneRevocationJob(t *testing
 				t.Fatal(err)
 			}
 		}
-		var wg sync.WaitGroup
-		for i := range workers {
-			w, _, err := e.store.RegisterWorker(ctx, fmt.Sprint(prefix, "w", i), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					c, err := e.store.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if c == nil {
-						var left int
-						if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'PENDING'`).Scan(&left); err != nil {
-							t.Error(err)
-							return
-						}
-						if left == 0 {
-							return
-						}
-						continue // a claim may skip the tasks other transactions lock
-					}
-					l := queue.Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: w.ID}
-					ws, err := e.ws.Workspace(ctx, c.Plan, l)
-					if err != nil || ws == nil || ws.Token == "" {
-						t.Errorf("workspace of %s = %v, %v; want one with a token", c.Task.ID, ws, err)
-						return
-					}
-					mu.Lock()
-					tokens = append(tokens, ws.Token)
-					mu.Unlock()
-					if _, err := e.store.Complete(ctx, l, queue.CompleteInput{}); err != nil {
-						t.Errorf("complete %s: %v", c.Task.ID, err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		minted := endLeases(t, ctx, e, prefix, workers)
+		mu.Lock()
+		tokens = append(tokens, minted...)
+		mu.Unlock()
 	}
 	waiting := func() []int64 {
 		t.Helper()
@@ -266,4 +185,57 @@ func TestLeasesEndingInManyPlansOfAnInstallationShareOneRevocationJob(t *testing
 	}
 	allRevokedOnce("after the jobs that ran while leases ended")
 	t.Logf("%d leases ended while jobs ran: %d revocation jobs", plans*each, runs)
+}
+
+// endLeases runs workers that claim every PENDING task, mint its push token (a
+// workspace) and complete it, named prefix+"w"+i, until none is left, and returns the
+// tokens minted.
+func endLeases(t *testing.T, ctx context.Context, e *env, prefix string, workers int) []string {
+	t.Helper()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		tokens []string
+	)
+	for i := range workers {
+		w, _, err := e.store.RegisterWorker(ctx, fmt.Sprint(prefix, "w", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				c, err := e.store.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if c == nil {
+					var left int
+					if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'PENDING'`).Scan(&left); err != nil {
+						t.Error(err)
+						return
+					}
+					if left == 0 {
+						return
+					}
+					continue // a claim may skip the tasks other transactions lock
+				}
+				l := queue.Lease{PlanID: c.Task.PlanID, TaskID: c.Task.ID, LeaseID: c.Lease.ID, WorkerID: w.ID}
+				ws, err := e.ws.Workspace(ctx, c.Plan, l)
+				if err != nil || ws == nil || ws.Token == "" {
+					t.Errorf("workspace of %s = %v, %v; want one with a token", c.Task.ID, ws, err)
+					return
+				}
+				mu.Lock()
+				tokens = append(tokens, ws.Token)
+				mu.Unlock()
+				if _, err := e.store.Complete(ctx, l, queue.CompleteInput{}); err != nil {
+					t.Errorf("complete %s: %v", c.Task.ID, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return tokens
 }
