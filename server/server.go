@@ -82,7 +82,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, cfg Config) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	jobs, err := queue.NewInserter(queue.NewStore(pool, log, queue.Config{}))
+	// The inserter puts jobs in the configured queues (a benchmark's own), with no hooks.
+	jobs, err := queue.NewInserter(queue.NewStore(pool, log, cfg.Queue))
 	if err != nil {
 		return nil, asConfigError(err)
 	}
