@@ -67,7 +67,7 @@ resolve() {
   [ -z "${GITHUB_OUTPUT:-}" ] || echo "version=$v" >>"$GITHUB_OUTPUT"
 }
 
-# sandbox makes bubblewrap work for the agent's box (SPEC §16): installs it when missing,
+# sandbox makes bubblewrap work for the agent's box: installs it when missing,
 # and on GitHub's hosted runners lifts Ubuntu 24.04's AppArmor restriction on unprivileged
 # user namespaces, which bubblewrap needs (they have sudo without a password). A
 # self-hosted runner's kernel settings belong to its admin: there the step stops and says
