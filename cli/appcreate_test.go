@@ -67,17 +67,7 @@ func TestAppCreateWritesTheCredentialsAndServeStartsFromThem(t *testing.T) {
 	page, out, done := startAppCreate(t, env, "--org", "acme")
 
 	// The browser: load the page, submit its form.
-	resp, err := http.Get(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	form := regexp.MustCompile(`<form id="create" method="post" action="([^"]+)">\s*<input type="hidden" name="manifest" value="([^"]+)">`).FindSubmatch(body)
-	if form == nil {
-		t.Fatalf("the page has no manifest form:\n%s", body)
-	}
-	action, manifest := html.UnescapeString(string(form[1])), html.UnescapeString(string(form[2]))
+	action, manifest := manifestForm(t, page)
 	if !strings.HasPrefix(action, gh.Server.URL+"/organizations/acme/settings/apps/new?state=") {
 		t.Fatalf("form action = %s, want the organization's new-App page with a state", action)
 	}
@@ -96,7 +86,7 @@ func TestAppCreateWritesTheCredentialsAndServeStartsFromThem(t *testing.T) {
 		t.Fatalf("a forged callback wrote %s: %v", credsPath, err)
 	}
 
-	resp, err = http.PostForm(action, url.Values{"manifest": {manifest}}) // GitHub redirects back to whilly
+	resp, err := http.PostForm(action, url.Values{"manifest": {manifest}}) // GitHub redirects back to whilly
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,17 +254,8 @@ func TestAppCreateFailedExchangeSaysTheAppExists(t *testing.T) {
 	gh.Fail(testkit.Fault{Method: "POST", Path: `/app-manifests/[^/]+/conversions`, Status: 500})
 	env := map[string]string{"WHILLY_DATA_DIR": t.TempDir(), "WHILLY_GITHUB_API_URL": gh.URL()}
 	page, out, done := startAppCreate(t, env)
-	resp, err := http.Get(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	form := regexp.MustCompile(`<form id="create" method="post" action="([^"]+)">\s*<input type="hidden" name="manifest" value="([^"]+)">`).FindSubmatch(body)
-	if form == nil {
-		t.Fatalf("the page has no manifest form:\n%s", body)
-	}
-	resp, err = http.PostForm(html.UnescapeString(string(form[1])), url.Values{"manifest": {html.UnescapeString(string(form[2]))}})
+	action, manifest := manifestForm(t, page)
+	resp, err := http.PostForm(action, url.Values{"manifest": {manifest}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,4 +270,21 @@ func TestAppCreateFailedExchangeSaysTheAppExists(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("app create did not return after the callback")
 	}
+}
+
+// manifestForm loads app create's page as a browser would and returns its form's action
+// and the manifest it posts.
+func manifestForm(t *testing.T, page string) (action, manifest string) {
+	t.Helper()
+	resp, err := http.Get(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	form := regexp.MustCompile(`<form id="create" method="post" action="([^"]+)">\s*<input type="hidden" name="manifest" value="([^"]+)">`).FindSubmatch(body)
+	if form == nil {
+		t.Fatalf("the page has no manifest form:\n%s", body)
+	}
+	return html.UnescapeString(string(form[1])), html.UnescapeString(string(form[2]))
 }
