@@ -119,10 +119,7 @@ func TestRunChecksTheAgentBeforeClaiming(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "CLAUDE_BIN") || !strings.Contains(stderr, "npm install -g @anthropic-ai/claude-code") {
 		t.Fatalf("run with no claude CLI: exit %d, %q; want 2 naming CLAUDE_BIN and the install command", code, stderr)
 	}
-	code, out, _ := run(t, dsn, "", "plan", "show", "gated", "--json")
-	if code != 0 || !strings.Contains(out, `"attempts": 0`) || strings.Contains(out, `"attempts": 1`) {
-		t.Fatalf("show: exit %d; want no task attempted:\n%s", code, out)
-	}
+	noTaskAttempted(t, dsn, "gated")
 }
 
 // TestRunOnAPausedPlanSaysHowToResumeIt: whilly run on a PAUSED plan gives the advice of
@@ -179,10 +176,7 @@ func TestRunInHomeExitsTwoBeforeClaiming(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "would expose all of "+wd) || !strings.Contains(stderr, "run whilly from a project directory") {
 		t.Fatalf("run in HOME: exit %d, %q; want 2 saying what to do", code, stderr)
 	}
-	code, out, _ := run(t, dsn, "", "plan", "show", "gated", "--json")
-	if code != 0 || !strings.Contains(out, `"attempts": 0`) || strings.Contains(out, `"attempts": 1`) {
-		t.Fatalf("show: exit %d; want no task attempted:\n%s", code, out)
-	}
+	noTaskAttempted(t, dsn, "gated")
 }
 
 // TestRunSummaryIsThisRuns: the summary of a second run counts this run's attempts and
@@ -233,5 +227,14 @@ func TestRunSummaryIsThisRuns(t *testing.T) {
 	}
 	if !strings.Contains(out, "PLAN   STATUS  DONE  SKIPPED  TASKS") {
 		t.Errorf("plan list header:\n%s", out)
+	}
+}
+
+// noTaskAttempted fails t unless no task of plan id has had an attempt.
+func noTaskAttempted(t *testing.T, dsn, id string) {
+	t.Helper()
+	code, out, _ := run(t, dsn, "", "plan", "show", id, "--json")
+	if code != 0 || !strings.Contains(out, `"attempts": 0`) || strings.Contains(out, `"attempts": 1`) {
+		t.Fatalf("show: exit %d; want no task attempted:\n%s", code, out)
 	}
 }
