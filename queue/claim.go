@@ -13,8 +13,9 @@ import (
 	"github.com/whilly-go/whilly/plan"
 )
 
-// A claim picks the first claimable tasks (SPEC §5), leases them and writes their CLAIM
-// events, in one statement: one task for each worker of $3 that is not revoked (a
+// A claim picks the first claimable tasks, leases them and writes their CLAIM
+// events (and, for a handoff's claims that ask for it, starts them: handoffStatus), in one
+// statement: one task for each worker of $3 that is not revoked (a
 // control plane may still trust a revoked worker's token from its cache), in the order of
 // that array (n is the position of the worker a task went to). It walks an index in claim
 // order — priority, fair-share round, plan age, file order (tasks_claim_fair, see
@@ -63,7 +64,7 @@ WITH w AS (
 ), pick AS (
 	SELECT cplan, cid, w.n FROM (SELECT cplan, cid, row_number() OVER () AS k FROM cand) c JOIN w USING (k)
 ), claimed AS (
-	UPDATE tasks SET status = 'CLAIMED', attempts = attempts + 1,
+	UPDATE tasks SET status = %s, attempts = attempts + 1,
 		lease_id = coalesce(nullif(($5::text[])[pick.n], '')::uuid, gen_random_uuid()),
 		lease_expires_at = now() + make_interval(secs => $4), claimed_by = ($3::text[])[pick.n],
 		version = version + 1, updated_at = now()
@@ -72,11 +73,13 @@ WITH w AS (
 	RETURNING tasks.*, pick.n
 ), ev AS (
 	INSERT INTO events (plan_id, task_id, type, payload)
-	SELECT plan_id, id, 'CLAIM', jsonb_build_object('worker_id', claimed_by, 'attempt', attempts,
-		'lease_expires_at', lease_expires_at, 'lease_id', lease_id) ||
-		coalesce((SELECT jsonb_build_object('owner_email', k.owner_email) FROM workers k
-			WHERE k.id = claimed_by AND k.owner_email IS NOT NULL), '{}')
-	FROM claimed
+	SELECT plan_id, id, e.type, e.payload FROM claimed CROSS JOIN LATERAL (VALUES
+		('CLAIM', jsonb_build_object('worker_id', claimed_by, 'attempt', attempts,
+			'lease_expires_at', lease_expires_at, 'lease_id', lease_id) ||
+			coalesce((SELECT jsonb_build_object('owner_email', k.owner_email) FROM workers k
+				WHERE k.id = claimed_by AND k.owner_email IS NOT NULL), '{}')),
+		('START', jsonb_build_object('worker_id', claimed_by, 'attempt', attempts))) AS e(type, payload)
+	WHERE e.type = 'CLAIM' OR status = 'IN_PROGRESS'
 )
 SELECT c.*, ` + planColumnsNoCounts + `
 FROM (SELECT ` + taskColumns + `, n FROM claimed) c JOIN plans p ON p.id = c.plan_id`
@@ -89,16 +92,32 @@ FROM (SELECT ` + taskColumns + `, n FROM claimed) c JOIN plans p ON p.id = c.pla
 const handoffWorkers = `EXISTS (SELECT 1 FROM tasks x WHERE x.plan_id = $7 AND x.id = ($8::text[])[w.n]
 	AND x.claimed_by = w.id AND x.status = 'DONE' AND x.xmin::text::bigint = txid_current() % 4294967296)`
 
+// handoffStatus is the status a handoff's claim leaves its task in: IN_PROGRESS for the
+// workers that asked for their next task started ($9, handedStarts), so that one update
+// leases and starts it and one INSERT writes its CLAIM and START events; CLAIMED for the
+// others.
+const handoffStatus = `CASE WHEN ($9::bool[])[pick.n] THEN 'IN_PROGRESS' ELSE 'CLAIMED' END`
+
+// handedStarts are the parameter $9 of a handoff's claim statement: whether each claim
+// asked for its task started (ClaimRequest.Start, with a key).
+func handedStarts(reqs []ClaimRequest) []bool {
+	out := make([]bool, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.Start && r.Key != ""
+	}
+	return out
+}
+
 // claimOrderAny is the claim order across plans: within a priority, plans take turns
 // by round (fair share, migration 0019).
 const claimOrderAny = `t.priority_rank, t.share_round, t.plan_seq, t.ord`
 
 var (
 	claimScope          = scopeMatchSQL("$6")
-	claimPlanSQL        = fmt.Sprintf(claimCand, `true`, `t.plan_id = $1`, claimScope, `t.priority_rank, t.ord`)
-	claimAnySQL         = fmt.Sprintf(claimCand, `true`, `$1 = ''`, claimScope, claimOrderAny)
-	handoffClaimPlanSQL = fmt.Sprintf(claimCand, handoffWorkers, `t.plan_id = $1`, claimScope, `t.priority_rank, t.ord`)
-	handoffClaimAnySQL  = fmt.Sprintf(claimCand, handoffWorkers, `$1 = ''`, claimScope, claimOrderAny)
+	claimPlanSQL        = fmt.Sprintf(claimCand, `true`, `t.plan_id = $1`, claimScope, `t.priority_rank, t.ord`, `'CLAIMED'`)
+	claimAnySQL         = fmt.Sprintf(claimCand, `true`, `$1 = ''`, claimScope, claimOrderAny, `'CLAIMED'`)
+	handoffClaimPlanSQL = fmt.Sprintf(claimCand, handoffWorkers, `t.plan_id = $1`, claimScope, `t.priority_rank, t.ord`, handoffStatus)
+	handoffClaimAnySQL  = fmt.Sprintf(claimCand, handoffWorkers, `$1 = ''`, claimScope, claimOrderAny, handoffStatus)
 )
 
 // Claim leases the next claimable task to the worker, writing CLAIM in the same

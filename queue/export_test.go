@@ -10,10 +10,7 @@ const (
 
 var ClaimAnySQL = claimAnySQL
 
-const (
-	MarkChangedSQL = markChangedSQL
-	StartHandedSQL = startHandedSQL
-)
+const MarkChangedSQL = markChangedSQL
 
 // CompletionBatch says whether a batch of plan planID's completions runs, and how many
 // completions wait for it.

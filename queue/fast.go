@@ -564,8 +564,7 @@ func (s *Store) handoffTx(ctx context.Context, key handoffKey, hs []handoff, run
 	b := hotBatch()
 	b.Queue(complete, completeArgs(key.plan, cs)...)
 	tails := queueCompletionTails(b, key.plan, cs)
-	queueClaim(b, key.claim.plan, claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs[0].Scopes, reqs), key.plan, tasks)...)
-	starts := queueHandedStarts(b, reqs)
+	queueClaim(b, key.claim.plan, claim, append(claimArgs(s.cfg.LeaseTTL, key.claim.plan, reqs[0].Labels, reqs[0].Scopes, reqs), key.plan, tasks, handedStarts(reqs))...)
 	err := run(ctx, b, touched{plan: key.plan, tasks: tasks, workers: claimWorkers(reqs)}, func(br pgx.BatchResults) error {
 		rows, err := hotQuery(br)
 		if done, err = scanCompleted(rows, err, len(hs)); err != nil {
@@ -580,10 +579,6 @@ func (s *Store) handoffTx(ctx context.Context, key handoffKey, hs []handoff, run
 			}
 		}
 		claims, err := readClaims(br, key.claim.plan, len(hs))
-		if err == nil && starts {
-			rows, qerr := br.Query()
-			err = scanHandedStarts(rows, qerr, claims)
-		}
 		for i, c := range claims {
 			out[i].next = c
 		}

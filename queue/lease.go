@@ -40,9 +40,9 @@ type ClaimRequest struct {
 	// answer was lost finds the task it got (HeldClaim) instead of taking another.
 	Key string
 	// Start, in the claim that follows a completion (CompleteAndClaim), asks for the task
-	// to be started in the claim's transaction, with its START event, when the batched
-	// path takes it (it needs Key): the claim comes back IN_PROGRESS, and the worker makes
-	// no START request. Otherwise it comes back CLAIMED, as any claim.
+	// to be started by the claim itself, with its START event after its CLAIM, when the
+	// batched path takes it (it needs Key): the claim comes back IN_PROGRESS, and the
+	// worker makes no START request. Otherwise it comes back CLAIMED, as any claim.
 	Start bool
 }
 
