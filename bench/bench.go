@@ -521,28 +521,34 @@ type cpuMeter struct {
 
 // procCPU returns the user+system CPU time of a process, read from /proc/PID/stat.
 func procCPU(pid int) (time.Duration, bool) {
+	self, _, ok := procTimes(pid)
+	return self, ok
+}
+
+// procTimes returns the user+system CPU time of a process and that of its children it
+// has waited for, read from /proc/PID/stat.
+func procTimes(pid int) (self, children time.Duration, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
 	if i < 0 {
-		return 0, false
+		return 0, 0, false
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, false
+	if len(f) < 15 {
+		return 0, 0, false
 	}
-	var user, sys int64
-	if _, err := fmt.Sscan(f[11], &user); err != nil {
-		return 0, false
-	}
-	if _, err := fmt.Sscan(f[12], &sys); err != nil {
-		return 0, false
+	var ticks [4]int64 // utime, stime, cutime, cstime
+	for k := range ticks {
+		if _, err := fmt.Sscan(f[11+k], &ticks[k]); err != nil {
+			return 0, 0, false
+		}
 	}
 	const tick = 10 * time.Millisecond // USER_HZ is 100 on every Linux architecture whilly runs on
-	return time.Duration(user+sys) * tick, true
+	return time.Duration(ticks[0]+ticks[1]) * tick, time.Duration(ticks[2]+ticks[3]) * tick, true
 }
 
 // startCPU notes the CPU time used so far by this process and by the database backends

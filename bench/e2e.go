@@ -45,6 +45,10 @@ type E2EResult struct {
 	CPUControlMs   float64 `json:"cpu_control_plane_ms_per_task,omitempty"`
 	CPUDBMs        float64 `json:"cpu_postgres_ms_per_task,omitempty"`
 	CPUWorkersMs   float64 `json:"cpu_workers_ms_per_task,omitempty"`
+	// CPUWorkerStartMs is the CPU a worker used before the tasks came: its start-up (the
+	// sandbox probe included) and its wait on the empty plan; the CPU per task counts
+	// all three parts from the import to the drain's end.
+	CPUWorkerStartMs float64 `json:"cpu_worker_startup_ms,omitempty"`
 	// Statements is the API's database time per statement (Queries), most first.
 	Statements []Statement `json:"statements,omitempty"`
 }
@@ -184,6 +188,10 @@ func E2E(ctx context.Context, s Setup, o E2EOptions) (E2EResult, error) {
 	defer e.tracer.byStatement.Store(false)
 	q0 := e.tracer.httpQueries.Load()
 	cpu := e.startCPU(ctx)
+	// The workers' CPU is counted over the same span as the control plane's and Postgres's:
+	// from here on. What they used before (start-up, the sandbox probe, waiting) is their
+	// start-up, per worker.
+	started, startedOK := workersCPU(procs)
 	s.progressf("importing %d tasks", o.Tasks)
 	if err := e.addTasks(ctx, id, tasks(o.Tasks, false, nil)); err != nil {
 		return E2EResult{}, err
@@ -211,18 +219,33 @@ func E2E(ctx context.Context, s Setup, o E2EOptions) (E2EResult, error) {
 	if o.Queries {
 		res.Statements = e.statements()
 	}
-	if self, pg, ok := cpu.stop(); ok {
-		var workersCPU time.Duration
+	if self, pg, ok := cpu.stop(); ok && startedOK {
+		var total time.Duration // ProcessState counts the children each worker waited for
 		for _, p := range procs {
-			workersCPU += p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
+			total += p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
 		}
 		n := float64(o.Tasks)
-		res.CPUControlMs, res.CPUDBMs, res.CPUWorkersMs = ms(self)/n, ms(pg)/n, ms(workersCPU)/n
+		res.CPUControlMs, res.CPUDBMs, res.CPUWorkersMs = ms(self)/n, ms(pg)/n, ms(total-started)/n
+		res.CPUWorkerStartMs = ms(started) / float64(len(procs))
 	}
 	if err := e.e2eTimings(ctx, id, o, &res); err != nil {
 		return E2EResult{}, err
 	}
 	return res, nil
+}
+
+// workersCPU returns the CPU time the worker processes and the children they waited for
+// have used so far, read from /proc.
+func workersCPU(procs []*proc) (time.Duration, bool) {
+	var sum time.Duration
+	for _, p := range procs {
+		self, children, ok := procTimes(p.cmd.Process.Pid)
+		if !ok {
+			return 0, false
+		}
+		sum += self + children
+	}
+	return sum, true
 }
 
 // e2eTimings reads the throughput and the per-task overhead from the plan's events: one

@@ -270,7 +270,10 @@ long-poll on the empty plan; then the M tasks are imported.
 tasks_per_s is M over the span from the first CLAIM to the last COMPLETE (the events'
 database timestamps, so worker start-up does not count). A task's overhead is the time from
 its CLAIM to its COMPLETE minus the agent's own run time (the sim delay): the claim's
-answer, START, the prompt and the report.
+answer, START, the prompt and the report. CPU per task is the CPU time of the control
+plane, of its Postgres backends and of the workers (with the processes they ran) from the
+import to the last worker's exit, over M; what a worker used before the import (its
+start-up, with the sandbox probe, and its wait) is reported apart, per worker.
 
 With --sandbox a tiny command agent (a shell script) drains the plan twice in the same
 run, first with WHILLY_SANDBOX=none, then in the sandbox (bubblewrap, its init and the
@@ -343,8 +346,9 @@ func (a *app) runBenchE2E(ctx context.Context, o benchE2EFlags) error {
 	}
 	a.printf("tasks per worker: %v\n", res.PerWorker)
 	if res.CPUControlMs+res.CPUDBMs > 0 {
-		a.printf("CPU per task: control plane %.2f ms, Postgres %.2f ms, workers %.2f ms; %.2f cores busy at %.0f tasks/s\n",
-			res.CPUControlMs, res.CPUDBMs, res.CPUWorkersMs, (res.CPUControlMs+res.CPUDBMs+res.CPUWorkersMs)*res.TasksPerS/1000, res.TasksPerS)
+		total := res.CPUControlMs + res.CPUDBMs + res.CPUWorkersMs
+		a.printf("CPU per task: %.2f ms (control plane %.2f ms, Postgres %.2f ms, workers %.2f ms); %.2f cores busy at %.0f tasks/s; a worker's start-up %.0f ms\n",
+			total, res.CPUControlMs, res.CPUDBMs, res.CPUWorkersMs, total*res.TasksPerS/1000, res.TasksPerS, res.CPUWorkerStartMs)
 	}
 	a.printf("tasks_per_s=%.0f workers=%d p99_task_overhead_ms=%.2f\n", res.TasksPerS, res.Workers, res.OverheadP99Ms)
 	return nil
