@@ -98,6 +98,11 @@ func TestBenchE2ESmall(t *testing.T) {
 	if !regexp.MustCompile(`^tasks_per_s=\d+ workers=3 p99_task_overhead_ms=\d+\.\d\d$`).MatchString(last) {
 		t.Fatalf("last line %q is not the key=value summary\n%s", last, out)
 	}
+	// CPU per task counts the three parts over the drain; a worker's start-up comes apart.
+	cpu := regexp.MustCompile(`(?m)^CPU per task: (\d+\.\d\d) ms \(control plane \d+\.\d\d ms, Postgres \d+\.\d\d ms, workers \d+\.\d\d ms\); .*; a worker's start-up (\d+) ms$`).FindStringSubmatch(out)
+	if cpu == nil || cpu[1] == "0.00" || cpu[2] == "0" {
+		t.Errorf("no CPU per task with a worker's start-up apart (%q)\n%s", cpu, out)
+	}
 	t.Log(last)
 	assertNoScratch(t, dsn)
 }
