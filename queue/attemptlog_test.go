@@ -121,3 +121,47 @@ func TestLogTailLooksUpItsOwnLog(t *testing.T) {
 	}
 	t.Fatalf("no scan of attempt_logs in the plan:\n%s", strings.Join(lines, "\n"))
 }
+
+// TestAnAttemptsLogGoesWithItsTask: removing a task (RemoveTask) removes its logs, and so
+// does deleting its plan (a hard reset); the other tasks' logs stay.
+func TestAnAttemptsLogGoesWithItsTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testkit.DB(t)
+	st := queue.NewStore(pool, nil, queue.Config{})
+	w := register(t, st)
+	for _, id := range []string{"gone", "kept"} {
+		importTasks(t, st, &plan.Plan{ID: id, Name: id, Tasks: []plan.Task{goodTask("T1"), goodTask("T2")}})
+		for range 2 {
+			c := mustClaim(t, st, w, id)
+			if _, err := st.Complete(ctx, leaseOf(c, w.ID), queue.CompleteInput{Log: &queue.LogTail{Data: []byte("log of " + c.Task.ID + "\n")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	logs := func() (n int) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM attempt_logs) + (SELECT count(*) FROM attempt_log_chunks)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := logs(); n != 8 {
+		t.Fatalf("%d log rows after four completions with a tail, want 8", n)
+	}
+	if err := st.RemoveTask(ctx, "gone", "T1", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs(); n != 6 {
+		t.Errorf("%d log rows after removing a task, want 6", n)
+	}
+	if _, err := st.ResetPlan(ctx, "gone", queue.ResetOptions{Hard: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs(); n != 4 {
+		t.Errorf("%d log rows after deleting a plan, want the other plan's 4", n)
+	}
+	if lg, err := st.ReadAttemptLog(ctx, "kept", "T2", 1, 0); err != nil || string(lg.Data) != "log of T2\n" {
+		t.Errorf("the other plan's log = %q (%v)", lg.Data, err)
+	}
+}
