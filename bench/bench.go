@@ -511,11 +511,12 @@ func (f *firstErr) get() error {
 }
 
 // cpuMeter adds up the CPU time of this process and of the database's backends serving
-// it, from /proc (Linux; elsewhere it reads nothing and says so).
+// it, from /proc (Linux; elsewhere it reads nothing and says so). A backend that connects
+// while it measures (a pool that grows) counts from its start; one that exits is lost.
 type cpuMeter struct {
-	backends []int
+	pool     *pgxpool.Pool
+	backends map[int]time.Duration // at the start
 	self0    time.Duration
-	pg0      time.Duration
 	ok       bool
 }
 
@@ -554,11 +555,8 @@ func procTimes(pid int) (self, children time.Duration, ok bool) {
 // startCPU notes the CPU time used so far by this process and by the database backends
 // connected to this database now (the pool's, the listener's, River's).
 func (e *env) startCPU(ctx context.Context) *cpuMeter {
-	m := &cpuMeter{}
-	rows, err := e.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
-	if err == nil {
-		m.backends, err = pgx.CollectRows(rows, pgx.RowTo[int])
-	}
+	m := &cpuMeter{pool: e.pool}
+	pids, err := m.pids(ctx)
 	if err != nil {
 		return m
 	}
@@ -566,23 +564,27 @@ func (e *env) startCPU(ctx context.Context) *cpuMeter {
 	if m.self0, ok = procCPU(os.Getpid()); !ok {
 		return m
 	}
-	m.pg0 = m.pgCPU()
+	m.backends = map[int]time.Duration{}
+	for _, pid := range pids {
+		if d, ok := procCPU(pid); ok {
+			m.backends[pid] = d
+		}
+	}
 	m.ok = true
 	return m
 }
 
-func (m *cpuMeter) pgCPU() time.Duration {
-	var sum time.Duration
-	for _, pid := range m.backends {
-		if d, ok := procCPU(pid); ok {
-			sum += d
-		}
+// pids are the backends connected to this database.
+func (m *cpuMeter) pids(ctx context.Context) ([]int, error) {
+	rows, err := m.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return nil, err
 	}
-	return sum
+	return pgx.CollectRows(rows, pgx.RowTo[int])
 }
 
 // stop returns the CPU time used since start by this process and by the backends.
-func (m *cpuMeter) stop() (self, pg time.Duration, ok bool) {
+func (m *cpuMeter) stop(ctx context.Context) (self, pg time.Duration, ok bool) {
 	if !m.ok {
 		return 0, 0, false
 	}
@@ -590,7 +592,16 @@ func (m *cpuMeter) stop() (self, pg time.Duration, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	return now - m.self0, m.pgCPU() - m.pg0, true
+	pids, err := m.pids(ctx)
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, pid := range pids {
+		if d, ok := procCPU(pid); ok {
+			pg += d - m.backends[pid]
+		}
+	}
+	return now - m.self0, pg, true
 }
 
 // vacuum vacuums and analyzes the tasks table first, like pgbench: what earlier runs left

@@ -272,7 +272,7 @@ func (e *env) rawLoop(ctx context.Context, pool *pgxpool.Pool, kind string, work
 	if int(done.Load()) != n {
 		return 0, fmt.Errorf("raw loop handled %d rows of %d", done.Load(), n)
 	}
-	if self, pg, ok := cpu.stop(); ok {
+	if self, pg, ok := cpu.stop(ctx); ok {
 		res.RawCPU = append(res.RawCPU, PhaseCPU{Phase: kind, SelfMsPerTask: ms(self) / float64(n), DBMsPerTask: ms(pg) / float64(n)})
 	}
 	return float64(n) / took.Seconds(), nil
@@ -363,7 +363,7 @@ func (e *env) httpPhase(ctx context.Context, o ClaimsOptions, workers []worker, 
 	if int(done.Load()) != o.Tasks {
 		return fmt.Errorf("http phase: %d tasks completed of %d", done.Load(), o.Tasks)
 	}
-	if self, pg, ok := cpu.stop(); ok {
+	if self, pg, ok := cpu.stop(ctx); ok {
 		res.CPUSelfMsPerTask, res.CPUDBMsPerTask = ms(self)/float64(o.Tasks), ms(pg)/float64(o.Tasks)
 	}
 	res.ClaimsPerS = float64(o.Tasks) / last.Sub(begin).Seconds()

@@ -219,7 +219,7 @@ func E2E(ctx context.Context, s Setup, o E2EOptions) (E2EResult, error) {
 	if o.Queries {
 		res.Statements = e.statements()
 	}
-	if self, pg, ok := cpu.stop(); ok && startedOK {
+	if self, pg, ok := cpu.stop(ctx); ok && startedOK {
 		var total time.Duration // ProcessState counts the children each worker waited for
 		for _, p := range procs {
 			total += p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
