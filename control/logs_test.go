@@ -310,15 +310,17 @@ func TestAttemptLogFollowerWakesAndIdlesFree(t *testing.T) {
 		t.Errorf("%d log reads while the follower idled (other plans' events and another task's log went by)", idleReads)
 	}
 
-	// The attempt ends while a follower waits: it is answered at once, not at its deadline.
+	// The attempt ends, its report carrying the log's tail, while a follower waits: it is
+	// answered at once with the tail, not at its deadline.
 	ch = follow(8)
 	testkit.Eventually(t, 20*time.Second, "the follower to wait", func() bool { return e.listener.Subscribers() == subs+1 })
 	ended := time.Now()
-	if _, err := w.Fail(ctx, "f", c.Task.ID, client.FailRequest{LeaseID: c.Lease.ID, Reason: "agent_error"}); err != nil {
+	if _, err := w.Fail(ctx, "f", c.Task.ID, client.FailRequest{LeaseID: c.Lease.ID, Reason: "agent_error",
+		Log: &client.LogTail{Offset: 8, Text: "three\n"}}); err != nil {
 		t.Fatal(err)
 	}
 	a = <-ch
-	if a.err != nil || a.lg.Running || a.lg.Text != "" {
+	if a.err != nil || a.lg.Running || a.lg.Text != "three\n" {
 		t.Fatalf("follow after FAIL = %+v, %v", a.lg, a.err)
 	}
 	if d := a.at.Sub(ended); d > 2*time.Second {

@@ -301,8 +301,10 @@ func (t *LogTail) check() error {
 // new lease of the same attempt number starts the log afresh, the bytes already stored
 // are not stored twice (a tail that repeats them is a duplicate; the lease's worker
 // counts offsets in the one stream it produced, so only the part past what is stored is
-// new), the log is trimmed to its last $8 bytes and followers are woken ($6, $7). Each
-// task's log is looked up by its whole key, in a subquery of its own (LIMIT 1 keeps the
+// new) and the log is trimmed to its last $6 bytes. Followers are woken by the report's own
+// event (COMPLETE or FAIL) of the same commit, which wakes a follower of its task
+// (WaitAttemptLog), so the tail sends no notification of its own. Each task's log is
+// looked up by its whole key, in a subquery of its own (LIMIT 1 keeps the
 // planner from joining it): joined, with the log tables analyzed empty on a young
 // install, the generic plan looked logs up by plan and attempt number only and read every
 // log of the plan for each tail.
@@ -318,7 +320,7 @@ const storeTailsSQL = `WITH r AS (
 	WHERE x.ended_lease_id::text = r.rlease AND x.xmin::text::bigint = txid_current() % 4294967296
 ), z AS (
 	SELECT rid, rlease, att, glease, nbase, greatest(nbase + roff, gsize) AS at,
-		nbase + roff + length(rdata) AS fin, nbase + roff + length(rdata) - $8 AS cut,
+		nbase + roff + length(rdata) AS fin, nbase + roff + length(rdata) - $6 AS cut,
 		substring(rdata from (greatest(nbase + roff, gsize) - nbase - roff + 1)::int) AS data
 	FROM l WHERE nbase + roff + length(rdata) > gsize
 ), h AS (
@@ -340,7 +342,7 @@ const storeTailsSQL = `WITH r AS (
 	FROM z WHERE k.plan_id = $1 AND k.task_id = z.rid AND k.attempt = z.att AND z.glease = z.rlease
 	  AND k.pos < z.cut AND k.pos + length(k.data) > z.cut
 )
-SELECT count(pg_notify($6, json_build_object('type', $7::text, 'plan_id', $1::text, 'task_id', rid, 'attempt', att)::text)) FROM z`
+SELECT count(*) FROM z`
 
 // queueTails queues storeTailsSQL for the tails of reports of plan planID (tails[i]
 // belongs to leases[i], nil for none) and reports whether it did: not when none has one.
@@ -361,7 +363,7 @@ func queueTails(b *pgx.Batch, planID string, leases []Lease, tails []*LogTail) b
 	if len(ids) == 0 {
 		return false
 	}
-	b.Queue(storeTailsSQL, planID, ids, ls, offs, data, EventsChannel, NotificationAttemptLog, int64(MaxAttemptLogBytes))
+	b.Queue(storeTailsSQL, planID, ids, ls, offs, data, int64(MaxAttemptLogBytes))
 	return true
 }
 
