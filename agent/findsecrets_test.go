@@ -49,7 +49,7 @@ func TestFindSecretsUsesRedactsPatterns(t *testing.T) {
 func TestEverySecretPatternHasAKind(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
-	for _, p := range secretPatterns {
+	for _, p := range secretPatterns() {
 		kind, _ := secretKind(p.repl, p.hints)
 		if kind == "" {
 			t.Errorf("pattern %s has no kind", p.re)

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -141,32 +142,37 @@ func shortest(ns []string) int {
 // the Python system's list ("ignore previous instructions", <system> tags with homoglyphs,
 // [INST], <|im_start|>, <|im_end|>) and extend it. Each is narrow enough that ordinary
 // issue text ("ignore whitespace in the diff", "the user is now redirected") passes: a
-// false positive fails a task outright.
-var injectionPatterns = withNeedles([]injectionPattern{
-	{"ignore_previous_instructions", regexp.MustCompile(`\bignore\W+(?:(?:all|any|the|your|of|my|these|those|every)\W+)*(?:previous|prior|above|earlier|preceding|former|foregoing|original|system)\W+(?:instructions?|prompts?|directions?|directives?|rules|guidance|guidelines)\b`)},
-	{"ignore_the_above", regexp.MustCompile(`\bignore\W+(?:all\W+)?(?:of\W+)?(?:everything\W+|the\W+)?(?:above|written\W+above|before\W+this)(?:\s*$|\s*[.;:!]|\W+(?:and|instructions?|text|prompts?|rules)\b)`)},
-	{"disregard_previous", regexp.MustCompile(`\bdisregard\W+(?:(?:all|any|the|your|of|my|everything)\W+)*(?:previous|prior|above|earlier|preceding|foregoing|original|system|instructions|rules)\b`)},
-	{"forget_previous", regexp.MustCompile(`\bforget\W+(?:(?:all|any|the|your|of|my)\W+)*(?:previous|prior|above|earlier|preceding|original|system)\W+(?:instructions?|prompts?|rules|context|messages?|guidelines)\b|\bforget\W+everything\W+(?:above|before|you\W+(?:were|have\W+been)\W+told)\b`)},
-	{"do_not_follow_instructions", regexp.MustCompile(`\b(?:do\W+not|don\W?t|stop)\W+follow(?:ing)?\W+(?:(?:the|your|any|all)\W+)*(?:previous|prior|above|system|original|earlier|operator\W?s?)\W+(?:instructions?|rules|prompts?|guidelines)\b`)},
-	{"you_are_now", regexp.MustCompile(`\byou\W+are\W+now\W+(?:a|an|the|my|no\W+longer|dan|in\W+\w+\W+mode|unrestricted|unfiltered|uncensored|jailbroken|free\W+from|acting\W+as|going\W+to\W+act|called|named)\b`)},
-	{"system_prompt_override", regexp.MustCompile(`\bsystem\W+(?:prompt|message|instructions?)\W+(?:override|overwrite|replacement|update|injection)\b|\bnew\W+system\W+(?:prompt|message|instructions?)\b|\b(?:override|overwrite|replace|bypass|ignore|reveal|print|show|leak|dump|repeat|output|disclose)\W+(?:(?:the|your|this|my|its)\W+)*(?:system|hidden|initial|original|developer)\W+(?:prompt|instructions?|message)\b`)},
-	{"role_tag", regexp.MustCompile(`<\s*/?\s*(?:system|sys|system_prompt)\s*>|<<\s*/?\s*sys\s*>>|\[\s*/?\s*inst\s*\]`)},
-	{"chat_template_token", regexp.MustCompile(`<\|\s*(?:im_start|im_end|im_sep|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id|begin_of_text|end_of_turn)\s*\|>|<\s*/?\s*(?:start_of_turn|end_of_turn)\s*>`)},
-	{"fence_escape", regexp.MustCompile(`<\s*/?\s*untrusted|untrusted-data\s+nonce`)},
-	{"completion_marker", regexp.MustCompile(`<\s*promise\s*>\s*complete|complete\s*<\s*/\s*promise\s*>`)},
-	{"mode_switch", regexp.MustCompile(`\b(?:enable|enter|activate|switch\W+to|turn\W+on)\W+(?:the\W+)?(?:dan|god|jailbreak|unrestricted)\W+mode\b|\bdo\W+anything\W+now\b|\bjailbreak(?:ed)?\W+mode\b`)},
-	{"act_unrestricted", regexp.MustCompile(`\b(?:act|behave|respond|answer)\W+as\W+(?:if\W+you\W+(?:are|were)\W+)?(?:an?\W+)?(?:unrestricted|unfiltered|uncensored|jailbroken|evil|malicious)\b|\bpretend\W+(?:that\W+)?you\W+(?:are|have)\W+(?:no\W+(?:rules|restrictions|guidelines|limits|filters)|unrestricted|not\W+bound)`)},
-	{"credential_exfiltration", regexp.MustCompile(`\b(?:cat|print|echo|send|upload|post|curl|wget|nc|scp|exfiltrate|leak|base64)\b[^\n]{0,80}(?:~/\.ssh\b|\.ssh/id_|\bid_rsa\b|\bid_ed25519\b|\.aws/credentials|\.netrc\b|\.git-credentials|/etc/shadow|\.docker/config\.json|\$\{?whilly_\w*(?:token|secret|key)|\.claude/\.credentials|\.codex/auth\.json)|\b(?:printenv|env)\s*\|\s*(?:curl|wget|nc|base64)\b`)},
+// false positive fails a task outright. They are compiled on first use, as lazyRegexp's are.
+var injectionPatterns = sync.OnceValue(func() []scanPattern {
+	return withNeedles([]injectionPattern{
+		{"ignore_previous_instructions", regexp.MustCompile(`\bignore\W+(?:(?:all|any|the|your|of|my|these|those|every)\W+)*(?:previous|prior|above|earlier|preceding|former|foregoing|original|system)\W+(?:instructions?|prompts?|directions?|directives?|rules|guidance|guidelines)\b`)},
+		{"ignore_the_above", regexp.MustCompile(`\bignore\W+(?:all\W+)?(?:of\W+)?(?:everything\W+|the\W+)?(?:above|written\W+above|before\W+this)(?:\s*$|\s*[.;:!]|\W+(?:and|instructions?|text|prompts?|rules)\b)`)},
+		{"disregard_previous", regexp.MustCompile(`\bdisregard\W+(?:(?:all|any|the|your|of|my|everything)\W+)*(?:previous|prior|above|earlier|preceding|foregoing|original|system|instructions|rules)\b`)},
+		{"forget_previous", regexp.MustCompile(`\bforget\W+(?:(?:all|any|the|your|of|my)\W+)*(?:previous|prior|above|earlier|preceding|original|system)\W+(?:instructions?|prompts?|rules|context|messages?|guidelines)\b|\bforget\W+everything\W+(?:above|before|you\W+(?:were|have\W+been)\W+told)\b`)},
+		{"do_not_follow_instructions", regexp.MustCompile(`\b(?:do\W+not|don\W?t|stop)\W+follow(?:ing)?\W+(?:(?:the|your|any|all)\W+)*(?:previous|prior|above|system|original|earlier|operator\W?s?)\W+(?:instructions?|rules|prompts?|guidelines)\b`)},
+		{"you_are_now", regexp.MustCompile(`\byou\W+are\W+now\W+(?:a|an|the|my|no\W+longer|dan|in\W+\w+\W+mode|unrestricted|unfiltered|uncensored|jailbroken|free\W+from|acting\W+as|going\W+to\W+act|called|named)\b`)},
+		{"system_prompt_override", regexp.MustCompile(`\bsystem\W+(?:prompt|message|instructions?)\W+(?:override|overwrite|replacement|update|injection)\b|\bnew\W+system\W+(?:prompt|message|instructions?)\b|\b(?:override|overwrite|replace|bypass|ignore|reveal|print|show|leak|dump|repeat|output|disclose)\W+(?:(?:the|your|this|my|its)\W+)*(?:system|hidden|initial|original|developer)\W+(?:prompt|instructions?|message)\b`)},
+		{"role_tag", regexp.MustCompile(`<\s*/?\s*(?:system|sys|system_prompt)\s*>|<<\s*/?\s*sys\s*>>|\[\s*/?\s*inst\s*\]`)},
+		{"chat_template_token", regexp.MustCompile(`<\|\s*(?:im_start|im_end|im_sep|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id|begin_of_text|end_of_turn)\s*\|>|<\s*/?\s*(?:start_of_turn|end_of_turn)\s*>`)},
+		{"fence_escape", regexp.MustCompile(`<\s*/?\s*untrusted|untrusted-data\s+nonce`)},
+		{"completion_marker", regexp.MustCompile(`<\s*promise\s*>\s*complete|complete\s*<\s*/\s*promise\s*>`)},
+		{"mode_switch", regexp.MustCompile(`\b(?:enable|enter|activate|switch\W+to|turn\W+on)\W+(?:the\W+)?(?:dan|god|jailbreak|unrestricted)\W+mode\b|\bdo\W+anything\W+now\b|\bjailbreak(?:ed)?\W+mode\b`)},
+		{"act_unrestricted", regexp.MustCompile(`\b(?:act|behave|respond|answer)\W+as\W+(?:if\W+you\W+(?:are|were)\W+)?(?:an?\W+)?(?:unrestricted|unfiltered|uncensored|jailbroken|evil|malicious)\b|\bpretend\W+(?:that\W+)?you\W+(?:are|have)\W+(?:no\W+(?:rules|restrictions|guidelines|limits|filters)|unrestricted|not\W+bound)`)},
+		{"credential_exfiltration", regexp.MustCompile(`\b(?:cat|print|echo|send|upload|post|curl|wget|nc|scp|exfiltrate|leak|base64)\b[^\n]{0,80}(?:~/\.ssh\b|\.ssh/id_|\bid_rsa\b|\bid_ed25519\b|\.aws/credentials|\.netrc\b|\.git-credentials|/etc/shadow|\.docker/config\.json|\$\{?whilly_\w*(?:token|secret|key)|\.claude/\.credentials|\.codex/auth\.json)|\b(?:printenv|env)\s*\|\s*(?:curl|wget|nc|base64)\b`)},
+	})
 })
 
 // squashedPatterns run on the normalised text with everything but letters and digits
 // removed, catching "i.g.n.o.r.e p-r-e-v-i-o-u-s instructions" and friends. Only phrases
-// long enough not to appear by accident inside ordinary words belong here.
-var squashedPatterns = withNeedles([]injectionPattern{
-	{"ignore_previous_instructions", regexp.MustCompile(`ignore(?:all|any|the|your|of)*(?:previous|prior|above|earlier|preceding)(?:instructions?|prompts?|rules|directions)`)},
-	{"disregard_previous", regexp.MustCompile(`disregard(?:all|any|the|your)*(?:previous|prior|above|preceding)(?:instructions?|prompts?|rules|directions|text)`)},
-	{"system_prompt_override", regexp.MustCompile(`systempromptoverride|override(?:the|your)?systemprompt`)},
-	{"mode_switch", regexp.MustCompile(`doanythingnow|jailbreakmode`)},
+// long enough not to appear by accident inside ordinary words belong here. Compiled on
+// first use, as lazyRegexp's are.
+var squashedPatterns = sync.OnceValue(func() []scanPattern {
+	return withNeedles([]injectionPattern{
+		{"ignore_previous_instructions", regexp.MustCompile(`ignore(?:all|any|the|your|of)*(?:previous|prior|above|earlier|preceding)(?:instructions?|prompts?|rules|directions)`)},
+		{"disregard_previous", regexp.MustCompile(`disregard(?:all|any|the|your)*(?:previous|prior|above|preceding)(?:instructions?|prompts?|rules|directions|text)`)},
+		{"system_prompt_override", regexp.MustCompile(`systempromptoverride|override(?:the|your)?systemprompt`)},
+		{"mode_switch", regexp.MustCompile(`doanythingnow|jailbreakmode`)},
+	})
 })
 
 // ParseDenyPatterns compiles WHILLY_PROMPT_DENY_PATTERNS: regular expressions separated by
@@ -199,7 +205,7 @@ func CheckInjection(field, text string, deny []*regexp.Regexp) error {
 		return nil
 	}
 	norm := normalizeForScan(text)
-	for _, p := range injectionPatterns {
+	for _, p := range injectionPatterns() {
 		if !p.mayMatch(norm) {
 			continue
 		}
@@ -208,7 +214,7 @@ func CheckInjection(field, text string, deny []*regexp.Regexp) error {
 		}
 	}
 	squashed := squash(norm)
-	for _, p := range squashedPatterns {
+	for _, p := range squashedPatterns() {
 		if !p.mayMatch(squashed) {
 			continue
 		}

@@ -85,10 +85,10 @@ const (
 
 // idPattern is the plan file's id syntax (SPEC §4). Ids are printed outside the fences,
 // so anything else is refused rather than escaped.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,200}$`)
+var idPattern = lazyRegexp(`^[A-Za-z0-9._:/-]{1,200}$`)
 
 // fenceEscape neutralises text that could pose as a fence line or the completion marker.
-var fenceEscape = regexp.MustCompile(`(?i)<(\s*/?\s*)(untrusted|promise)`)
+var fenceEscape = lazyRegexp(`(?i)<(\s*/?\s*)(untrusted|promise)`)
 
 // BuildPrompt renders the task prompt. It is deterministic: the same input gives the same
 // bytes. Untrusted text is enclosed in <untrusted-data kind=… nonce=N> … </untrusted-data
@@ -215,14 +215,14 @@ func BuildPrompt(in PromptInput) (string, error) {
 }
 
 func checkPromptInput(in PromptInput) error {
-	if !idPattern.MatchString(in.PlanID) {
+	if !idPattern().MatchString(in.PlanID) {
 		return fmt.Errorf("build prompt: invalid plan id %q", bound(in.PlanID, 80))
 	}
-	if !idPattern.MatchString(in.TaskID) {
+	if !idPattern().MatchString(in.TaskID) {
 		return fmt.Errorf("build prompt: invalid task id %q", bound(in.TaskID, 80))
 	}
 	for _, d := range in.Dependencies {
-		if !idPattern.MatchString(d) {
+		if !idPattern().MatchString(d) {
 			return fmt.Errorf("build prompt for task %s: invalid dependency id %q", in.TaskID, bound(d, 80))
 		}
 	}
@@ -320,7 +320,7 @@ func sanitizeUntrusted(s string, limit int) string {
 		return r
 	}, s)
 	s = Redact(s)
-	s = fenceEscape.ReplaceAllString(s, "&lt;$1$2")
+	s = fenceEscape().ReplaceAllString(s, "&lt;$1$2")
 	s = strings.TrimRight(s, " \t\n")
 	if len(s) > limit {
 		s = headString(s, limit) + "\n[truncated]"
