@@ -140,7 +140,8 @@ func listItems(items []string, numbered bool) string {
 			break
 		}
 		if numbered {
-			fmt.Fprintf(&l, "%d. ", i+1)
+			l.WriteString(strconv.Itoa(i + 1))
+			l.WriteString(". ")
 		} else {
 			l.WriteString("- ")
 		}

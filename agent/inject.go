@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"regexp"
 	"regexp/syntax"
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 )
 
 // ErrPromptInjection means untrusted text holds a known prompt-injection pattern. The
@@ -57,7 +59,12 @@ func (p scanPattern) mayMatch(text string) bool {
 func withNeedles(ps []injectionPattern) []scanPattern {
 	out := make([]scanPattern, len(ps))
 	for i, p := range ps {
-		out[i] = scanPattern{p, needles(p.re)}
+		ns := needles(p.re)
+		if ns != nil {
+			slices.Sort(ns)
+			ns = slices.Compact(ns)
+		}
+		out[i] = scanPattern{p, ns}
 	}
 	return out
 }
@@ -244,10 +251,12 @@ func normalizeForScan(s string) string {
 	b.Grow(len(s))
 	space := false
 	for _, r := range s {
-		if unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r) {
-			continue
+		if r >= utf8.RuneSelf { // ASCII has no format or combining characters, nothing to fold
+			if unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r) {
+				continue
+			}
+			r = foldRune(r)
 		}
-		r = foldRune(r)
 		if unicode.IsSpace(r) || (r < 0x20 && r != 0) || r == 0x7f {
 			space = true
 			continue
