@@ -431,3 +431,29 @@ func TestFixNamesTheCause(t *testing.T) {
 		}
 	}
 }
+
+// bwrapKnows finds an option in the binary's text without running it, and asks a file
+// that does not hold the option's name (a wrapper script) with --help.
+func TestBwrapKnows(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, text string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// Not executable: found in its text, or not at all.
+	binary := write("binary", "\x7fELF…\x00--disable-userns\x00--unshare-user\x00", 0o644)
+	wrapper := write("wrapper", "#!/bin/sh\necho '    --disable-'\"userns  Disable further use of user namespaces\"\n", 0o755)
+	old := write("old", "#!/bin/sh\necho '    --unshare-user  Create new user namespace'\n", 0o755)
+	for _, tt := range []struct {
+		path string
+		want bool
+	}{{binary, true}, {wrapper, true}, {old, false}, {filepath.Join(dir, "missing"), false}} {
+		if got := bwrapKnows(tt.path, "--disable-userns"); got != tt.want {
+			t.Errorf("bwrapKnows(%s) = %v, want %v", filepath.Base(tt.path), got, tt.want)
+		}
+	}
+}
