@@ -710,7 +710,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, c *client.Claim,
 	logFile, closeLog := w.openLog(t.PlanID, t.ID, t.Attempt)
 	defer closeLog()
 	// The log streams to the control plane while the agent runs (logstream.go).
-	stream := newLogStream(w.api, w.log.With("plan_id", t.PlanID, "task_id", t.ID, "attempt", t.Attempt), c)
+	stream := newLogStream(w.api, log, c)
 	streamCtx, stopStream := context.WithCancel(ctx)
 	var uploader sync.WaitGroup
 	uploader.Go(func() { stream.run(streamCtx) })
