@@ -49,10 +49,10 @@ func TestFindSecretsUsesRedactsPatterns(t *testing.T) {
 func TestEverySecretPatternHasAKind(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
-	for _, p := range secretPatterns() {
+	for _, p := range secretPatterns {
 		kind, _ := secretKind(p.repl, p.hints)
 		if kind == "" {
-			t.Errorf("pattern %s has no kind", p.re)
+			t.Errorf("pattern %s has no kind", p.re())
 		}
 		seen[kind] = true
 	}
