@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -455,5 +456,25 @@ func TestBwrapKnows(t *testing.T) {
 		if got := bwrapKnows(tt.path, "--disable-userns"); got != tt.want {
 			t.Errorf("bwrapKnows(%s) = %v, want %v", filepath.Base(tt.path), got, tt.want)
 		}
+	}
+}
+
+// holds finds a string wherever it lies, across the pieces it reads too.
+func TestHolds(t *testing.T) {
+	t.Parallel()
+	s := []byte("--disable-userns")
+	for _, at := range []int{0, 1, 16<<10 - 8, 16<<10 - 1, 16 << 10, 40<<10 + 3, 100 << 10} {
+		data := bytes.Repeat([]byte{'x'}, 100<<10+len(s))
+		copy(data[at:], s)
+		if !holds(bytes.NewReader(data), s) {
+			t.Errorf("not found at %d", at)
+		}
+		// One byte at a time, too.
+		if !holds(iotest.OneByteReader(bytes.NewReader(data)), s) {
+			t.Errorf("not found at %d, read a byte at a time", at)
+		}
+	}
+	if holds(bytes.NewReader(bytes.Repeat([]byte("--disable-user"), 5000)), s) {
+		t.Error("found in text that does not hold it")
 	}
 }
