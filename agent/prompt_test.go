@@ -352,3 +352,19 @@ func BenchmarkBuildPrompt(b *testing.B) {
 		})
 	}
 }
+
+// validID accepts exactly what the id syntax's regexp matches.
+func TestValidIDIsTheRegexp(t *testing.T) {
+	t.Parallel()
+	re := regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,200}$`)
+	texts := []string{"", "a", "AUTH-1", "infra:db/1", "a b", "a\n", "\na", "é", "a\xff", "T_1.2", "x\x00",
+		strings.Repeat("a", 200), strings.Repeat("a", 201), strings.Repeat("é", 100)}
+	for c := 0; c < 256; c++ {
+		texts = append(texts, string([]byte{byte(c)}), "ok"+string([]byte{byte(c)}))
+	}
+	for _, s := range texts {
+		if got, want := validID(s), re.MatchString(s); got != want {
+			t.Errorf("validID(%q) = %v, the regexp says %v", s, got, want)
+		}
+	}
+}

@@ -95,7 +95,7 @@ var reasonClass = lazyRegexp(`^[a-z][a-z0-9_]{0,63}$`)
 // timeout, a failed run, or an answer that is not the JSON asked for (malformed_output).
 func AnalyzeFailure(ctx context.Context, a Agent, in TrizInput, timeout time.Duration) (TrizResult, error) {
 	var res TrizResult
-	if !idPattern().MatchString(in.PlanID) || !idPattern().MatchString(in.TaskID) {
+	if !validID(in.PlanID) || !validID(in.TaskID) {
 		return res, fmt.Errorf("analyze failure: invalid plan or task id %q / %q", bound(in.PlanID, 80), bound(in.TaskID, 80))
 	}
 	err := checkFields(map[string]string{"plan_name": in.PlanName, "description": in.Description},
