@@ -152,7 +152,7 @@ func shortest(ns []string) int {
 // the Python system's list ("ignore previous instructions", <system> tags with homoglyphs,
 // [INST], <|im_start|>, <|im_end|>) and extend it. Each is narrow enough that ordinary
 // issue text ("ignore whitespace in the diff", "the user is now redirected") passes: a
-// false positive fails a task outright. They are compiled on first use, as lazyRegexp's are.
+// false positive fails a task outright. The list is built on first use (see scanPattern).
 var injectionPatterns = sync.OnceValue(func() []scanPattern {
 	return withNeedles([]injectionPattern{
 		{"ignore_previous_instructions", `\bignore\W+(?:(?:all|any|the|your|of|my|these|those|every)\W+)*(?:previous|prior|above|earlier|preceding|former|foregoing|original|system)\W+(?:instructions?|prompts?|directions?|directives?|rules|guidance|guidelines)\b`},
@@ -174,8 +174,8 @@ var injectionPatterns = sync.OnceValue(func() []scanPattern {
 
 // squashedPatterns run on the normalised text with everything but letters and digits
 // removed, catching "i.g.n.o.r.e p-r-e-v-i-o-u-s instructions" and friends. Only phrases
-// long enough not to appear by accident inside ordinary words belong here. Compiled on
-// first use, as lazyRegexp's are.
+// long enough not to appear by accident inside ordinary words belong here. The list is
+// built on first use (see scanPattern).
 var squashedPatterns = sync.OnceValue(func() []scanPattern {
 	return withNeedles([]injectionPattern{
 		{"ignore_previous_instructions", `ignore(?:all|any|the|your|of)*(?:previous|prior|above|earlier|preceding)(?:instructions?|prompts?|rules|directions)`},
