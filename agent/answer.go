@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,7 +140,8 @@ func listItems(items []string, numbered bool) string {
 			break
 		}
 		if numbered {
-			fmt.Fprintf(&l, "%d. ", i+1)
+			l.WriteString(strconv.Itoa(i + 1))
+			l.WriteString(". ")
 		} else {
 			l.WriteString("- ")
 		}
@@ -172,7 +172,7 @@ func checkFields(texts map[string]string, lists map[string][]string) error {
 
 // codeFence matches a Markdown code fence line: a run of ``` or ~~~ (group 1), an optional
 // info word (group 2), and the rest of the line (group 3).
-var codeFence = regexp.MustCompile("(?m)^[ \t]{0,3}(```+|~~~+)[ \t]*([A-Za-z0-9_+-]*)([^\n]*)$")
+var codeFence = lazyRegexp("(?m)^[ \t]{0,3}(```+|~~~+)[ \t]*([A-Za-z0-9_+-]*)([^\n]*)$")
 
 // fencedBlock is one fenced code block of a Markdown text.
 type fencedBlock struct {
@@ -186,7 +186,7 @@ type fencedBlock struct {
 // it; an unclosed block runs to the end of the text.
 func fencedBlocks(text string) []fencedBlock {
 	var out []fencedBlock
-	locs := codeFence.FindAllStringSubmatchIndex(text, -1)
+	locs := codeFence().FindAllStringSubmatchIndex(text, -1)
 	for i := 0; i < len(locs); i++ {
 		open := locs[i]
 		marker := text[open[2]:open[3]]

@@ -52,7 +52,7 @@ func TestEverySecretPatternHasAKind(t *testing.T) {
 	for _, p := range secretPatterns {
 		kind, _ := secretKind(p.repl, p.hints)
 		if kind == "" {
-			t.Errorf("pattern %s has no kind", p.re)
+			t.Errorf("pattern %s has no kind", p.re())
 		}
 		seen[kind] = true
 	}

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"regexp"
 	"regexp/syntax"
+	"slices"
 	"strings"
+	"sync"
 	"unicode"
+	"unicode/utf8"
 )
 
 // ErrPromptInjection means untrusted text holds a known prompt-injection pattern. The
@@ -28,14 +31,17 @@ func (e *InjectionError) Unwrap() error { return ErrPromptInjection }
 
 type injectionPattern struct {
 	name string
-	re   *regexp.Regexp
+	expr string
 }
 
 // scanPattern is an injection pattern with its needles: strings one of which every match
 // of re contains (nil: unknown). A text that holds none of them cannot match, and re does
-// not run on it (see needles).
+// not run on it (see needles). re is compiled the first time a text holds a needle:
+// ordinary text holds few, and compiling all the patterns took ~0.8 ms of CPU at every
+// start of the worker (a benchmark of regexp.MustCompile on them).
 type scanPattern struct {
-	injectionPattern
+	name    string
+	re      func() *regexp.Regexp
 	needles []string
 }
 
@@ -56,7 +62,12 @@ func (p scanPattern) mayMatch(text string) bool {
 func withNeedles(ps []injectionPattern) []scanPattern {
 	out := make([]scanPattern, len(ps))
 	for i, p := range ps {
-		out[i] = scanPattern{p, needles(p.re)}
+		ns := needles(p.expr)
+		if ns != nil {
+			slices.Sort(ns)
+			ns = slices.Compact(ns)
+		}
+		out[i] = scanPattern{p.name, lazyRegexp(p.expr), ns}
 	}
 	return out
 }
@@ -72,8 +83,8 @@ const maxNeedles = 64
 // alternation, the union of its branches' (one of them matched), unknown if one is;
 // a repetition of at least one, its body's; anything else (\b, \W, optional parts,
 // case-folded literals) says nothing.
-func needles(re *regexp.Regexp) []string {
-	t, err := syntax.Parse(re.String(), syntax.Perl)
+func needles(expr string) []string {
+	t, err := syntax.Parse(expr, syntax.Perl)
 	if err != nil {
 		return nil
 	}
@@ -141,32 +152,37 @@ func shortest(ns []string) int {
 // the Python system's list ("ignore previous instructions", <system> tags with homoglyphs,
 // [INST], <|im_start|>, <|im_end|>) and extend it. Each is narrow enough that ordinary
 // issue text ("ignore whitespace in the diff", "the user is now redirected") passes: a
-// false positive fails a task outright.
-var injectionPatterns = withNeedles([]injectionPattern{
-	{"ignore_previous_instructions", regexp.MustCompile(`\bignore\W+(?:(?:all|any|the|your|of|my|these|those|every)\W+)*(?:previous|prior|above|earlier|preceding|former|foregoing|original|system)\W+(?:instructions?|prompts?|directions?|directives?|rules|guidance|guidelines)\b`)},
-	{"ignore_the_above", regexp.MustCompile(`\bignore\W+(?:all\W+)?(?:of\W+)?(?:everything\W+|the\W+)?(?:above|written\W+above|before\W+this)(?:\s*$|\s*[.;:!]|\W+(?:and|instructions?|text|prompts?|rules)\b)`)},
-	{"disregard_previous", regexp.MustCompile(`\bdisregard\W+(?:(?:all|any|the|your|of|my|everything)\W+)*(?:previous|prior|above|earlier|preceding|foregoing|original|system|instructions|rules)\b`)},
-	{"forget_previous", regexp.MustCompile(`\bforget\W+(?:(?:all|any|the|your|of|my)\W+)*(?:previous|prior|above|earlier|preceding|original|system)\W+(?:instructions?|prompts?|rules|context|messages?|guidelines)\b|\bforget\W+everything\W+(?:above|before|you\W+(?:were|have\W+been)\W+told)\b`)},
-	{"do_not_follow_instructions", regexp.MustCompile(`\b(?:do\W+not|don\W?t|stop)\W+follow(?:ing)?\W+(?:(?:the|your|any|all)\W+)*(?:previous|prior|above|system|original|earlier|operator\W?s?)\W+(?:instructions?|rules|prompts?|guidelines)\b`)},
-	{"you_are_now", regexp.MustCompile(`\byou\W+are\W+now\W+(?:a|an|the|my|no\W+longer|dan|in\W+\w+\W+mode|unrestricted|unfiltered|uncensored|jailbroken|free\W+from|acting\W+as|going\W+to\W+act|called|named)\b`)},
-	{"system_prompt_override", regexp.MustCompile(`\bsystem\W+(?:prompt|message|instructions?)\W+(?:override|overwrite|replacement|update|injection)\b|\bnew\W+system\W+(?:prompt|message|instructions?)\b|\b(?:override|overwrite|replace|bypass|ignore|reveal|print|show|leak|dump|repeat|output|disclose)\W+(?:(?:the|your|this|my|its)\W+)*(?:system|hidden|initial|original|developer)\W+(?:prompt|instructions?|message)\b`)},
-	{"role_tag", regexp.MustCompile(`<\s*/?\s*(?:system|sys|system_prompt)\s*>|<<\s*/?\s*sys\s*>>|\[\s*/?\s*inst\s*\]`)},
-	{"chat_template_token", regexp.MustCompile(`<\|\s*(?:im_start|im_end|im_sep|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id|begin_of_text|end_of_turn)\s*\|>|<\s*/?\s*(?:start_of_turn|end_of_turn)\s*>`)},
-	{"fence_escape", regexp.MustCompile(`<\s*/?\s*untrusted|untrusted-data\s+nonce`)},
-	{"completion_marker", regexp.MustCompile(`<\s*promise\s*>\s*complete|complete\s*<\s*/\s*promise\s*>`)},
-	{"mode_switch", regexp.MustCompile(`\b(?:enable|enter|activate|switch\W+to|turn\W+on)\W+(?:the\W+)?(?:dan|god|jailbreak|unrestricted)\W+mode\b|\bdo\W+anything\W+now\b|\bjailbreak(?:ed)?\W+mode\b`)},
-	{"act_unrestricted", regexp.MustCompile(`\b(?:act|behave|respond|answer)\W+as\W+(?:if\W+you\W+(?:are|were)\W+)?(?:an?\W+)?(?:unrestricted|unfiltered|uncensored|jailbroken|evil|malicious)\b|\bpretend\W+(?:that\W+)?you\W+(?:are|have)\W+(?:no\W+(?:rules|restrictions|guidelines|limits|filters)|unrestricted|not\W+bound)`)},
-	{"credential_exfiltration", regexp.MustCompile(`\b(?:cat|print|echo|send|upload|post|curl|wget|nc|scp|exfiltrate|leak|base64)\b[^\n]{0,80}(?:~/\.ssh\b|\.ssh/id_|\bid_rsa\b|\bid_ed25519\b|\.aws/credentials|\.netrc\b|\.git-credentials|/etc/shadow|\.docker/config\.json|\$\{?whilly_\w*(?:token|secret|key)|\.claude/\.credentials|\.codex/auth\.json)|\b(?:printenv|env)\s*\|\s*(?:curl|wget|nc|base64)\b`)},
+// false positive fails a task outright. The list is built on first use (see scanPattern).
+var injectionPatterns = sync.OnceValue(func() []scanPattern {
+	return withNeedles([]injectionPattern{
+		{"ignore_previous_instructions", `\bignore\W+(?:(?:all|any|the|your|of|my|these|those|every)\W+)*(?:previous|prior|above|earlier|preceding|former|foregoing|original|system)\W+(?:instructions?|prompts?|directions?|directives?|rules|guidance|guidelines)\b`},
+		{"ignore_the_above", `\bignore\W+(?:all\W+)?(?:of\W+)?(?:everything\W+|the\W+)?(?:above|written\W+above|before\W+this)(?:\s*$|\s*[.;:!]|\W+(?:and|instructions?|text|prompts?|rules)\b)`},
+		{"disregard_previous", `\bdisregard\W+(?:(?:all|any|the|your|of|my|everything)\W+)*(?:previous|prior|above|earlier|preceding|foregoing|original|system|instructions|rules)\b`},
+		{"forget_previous", `\bforget\W+(?:(?:all|any|the|your|of|my)\W+)*(?:previous|prior|above|earlier|preceding|original|system)\W+(?:instructions?|prompts?|rules|context|messages?|guidelines)\b|\bforget\W+everything\W+(?:above|before|you\W+(?:were|have\W+been)\W+told)\b`},
+		{"do_not_follow_instructions", `\b(?:do\W+not|don\W?t|stop)\W+follow(?:ing)?\W+(?:(?:the|your|any|all)\W+)*(?:previous|prior|above|system|original|earlier|operator\W?s?)\W+(?:instructions?|rules|prompts?|guidelines)\b`},
+		{"you_are_now", `\byou\W+are\W+now\W+(?:a|an|the|my|no\W+longer|dan|in\W+\w+\W+mode|unrestricted|unfiltered|uncensored|jailbroken|free\W+from|acting\W+as|going\W+to\W+act|called|named)\b`},
+		{"system_prompt_override", `\bsystem\W+(?:prompt|message|instructions?)\W+(?:override|overwrite|replacement|update|injection)\b|\bnew\W+system\W+(?:prompt|message|instructions?)\b|\b(?:override|overwrite|replace|bypass|ignore|reveal|print|show|leak|dump|repeat|output|disclose)\W+(?:(?:the|your|this|my|its)\W+)*(?:system|hidden|initial|original|developer)\W+(?:prompt|instructions?|message)\b`},
+		{"role_tag", `<\s*/?\s*(?:system|sys|system_prompt)\s*>|<<\s*/?\s*sys\s*>>|\[\s*/?\s*inst\s*\]`},
+		{"chat_template_token", `<\|\s*(?:im_start|im_end|im_sep|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id|begin_of_text|end_of_turn)\s*\|>|<\s*/?\s*(?:start_of_turn|end_of_turn)\s*>`},
+		{"fence_escape", `<\s*/?\s*untrusted|untrusted-data\s+nonce`},
+		{"completion_marker", `<\s*promise\s*>\s*complete|complete\s*<\s*/\s*promise\s*>`},
+		{"mode_switch", `\b(?:enable|enter|activate|switch\W+to|turn\W+on)\W+(?:the\W+)?(?:dan|god|jailbreak|unrestricted)\W+mode\b|\bdo\W+anything\W+now\b|\bjailbreak(?:ed)?\W+mode\b`},
+		{"act_unrestricted", `\b(?:act|behave|respond|answer)\W+as\W+(?:if\W+you\W+(?:are|were)\W+)?(?:an?\W+)?(?:unrestricted|unfiltered|uncensored|jailbroken|evil|malicious)\b|\bpretend\W+(?:that\W+)?you\W+(?:are|have)\W+(?:no\W+(?:rules|restrictions|guidelines|limits|filters)|unrestricted|not\W+bound)`},
+		{"credential_exfiltration", `\b(?:cat|print|echo|send|upload|post|curl|wget|nc|scp|exfiltrate|leak|base64)\b[^\n]{0,80}(?:~/\.ssh\b|\.ssh/id_|\bid_rsa\b|\bid_ed25519\b|\.aws/credentials|\.netrc\b|\.git-credentials|/etc/shadow|\.docker/config\.json|\$\{?whilly_\w*(?:token|secret|key)|\.claude/\.credentials|\.codex/auth\.json)|\b(?:printenv|env)\s*\|\s*(?:curl|wget|nc|base64)\b`},
+	})
 })
 
 // squashedPatterns run on the normalised text with everything but letters and digits
 // removed, catching "i.g.n.o.r.e p-r-e-v-i-o-u-s instructions" and friends. Only phrases
-// long enough not to appear by accident inside ordinary words belong here.
-var squashedPatterns = withNeedles([]injectionPattern{
-	{"ignore_previous_instructions", regexp.MustCompile(`ignore(?:all|any|the|your|of)*(?:previous|prior|above|earlier|preceding)(?:instructions?|prompts?|rules|directions)`)},
-	{"disregard_previous", regexp.MustCompile(`disregard(?:all|any|the|your)*(?:previous|prior|above|preceding)(?:instructions?|prompts?|rules|directions|text)`)},
-	{"system_prompt_override", regexp.MustCompile(`systempromptoverride|override(?:the|your)?systemprompt`)},
-	{"mode_switch", regexp.MustCompile(`doanythingnow|jailbreakmode`)},
+// long enough not to appear by accident inside ordinary words belong here. The list is
+// built on first use (see scanPattern).
+var squashedPatterns = sync.OnceValue(func() []scanPattern {
+	return withNeedles([]injectionPattern{
+		{"ignore_previous_instructions", `ignore(?:all|any|the|your|of)*(?:previous|prior|above|earlier|preceding)(?:instructions?|prompts?|rules|directions)`},
+		{"disregard_previous", `disregard(?:all|any|the|your)*(?:previous|prior|above|preceding)(?:instructions?|prompts?|rules|directions|text)`},
+		{"system_prompt_override", `systempromptoverride|override(?:the|your)?systemprompt`},
+		{"mode_switch", `doanythingnow|jailbreakmode`},
+	})
 })
 
 // ParseDenyPatterns compiles WHILLY_PROMPT_DENY_PATTERNS: regular expressions separated by
@@ -199,20 +215,20 @@ func CheckInjection(field, text string, deny []*regexp.Regexp) error {
 		return nil
 	}
 	norm := normalizeForScan(text)
-	for _, p := range injectionPatterns {
+	for _, p := range injectionPatterns() {
 		if !p.mayMatch(norm) {
 			continue
 		}
-		if m := p.re.FindString(norm); m != "" {
+		if m := p.re().FindString(norm); m != "" {
 			return &InjectionError{Field: field, Pattern: p.name, Match: bound(Redact(m), 80)}
 		}
 	}
 	squashed := squash(norm)
-	for _, p := range squashedPatterns {
+	for _, p := range squashedPatterns() {
 		if !p.mayMatch(squashed) {
 			continue
 		}
-		if m := p.re.FindString(squashed); m != "" {
+		if m := p.re().FindString(squashed); m != "" {
 			return &InjectionError{Field: field, Pattern: p.name, Match: bound(m, 80)}
 		}
 	}
@@ -238,10 +254,12 @@ func normalizeForScan(s string) string {
 	b.Grow(len(s))
 	space := false
 	for _, r := range s {
-		if unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r) {
-			continue
+		if r >= utf8.RuneSelf { // ASCII has no format or combining characters, nothing to fold
+			if unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r) {
+				continue
+			}
+			r = foldRune(r)
 		}
-		r = foldRune(r)
 		if unicode.IsSpace(r) || (r < 0x20 && r != 0) || r == 0x7f {
 			space = true
 			continue

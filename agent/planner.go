@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +74,7 @@ const (
 )
 
 // repoShape is GitHub's owner/name, printed outside the fences.
-var repoShape = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$`)
+var repoShape = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$`)
 
 // PlanCalls is how many times Plan asks the agent at most: once, and once more with the
 // first answer's problems. Each call has Plan's timeout, so a plan may take PlanCalls
@@ -157,7 +156,7 @@ func checkPlanRequest(req PlanRequest) error {
 			return fmt.Errorf("plan: invalid slug %q: %w", bound(req.Slug, 80), err)
 		}
 	}
-	if req.Repo != "" && !repoShape.MatchString(req.Repo) {
+	if req.Repo != "" && !repoShape().MatchString(req.Repo) {
 		return fmt.Errorf("plan: repo %q is not owner/name", bound(req.Repo, 120))
 	}
 	err := checkFields(map[string]string{

@@ -381,14 +381,14 @@ func (r *lineRedactor) flush() {
 func (r *lineRedactor) emit(line []byte) {
 	s := maskValues(string(line), r.sink.secrets)
 	if r.inKey {
-		loc := pemEnd.FindStringIndex(s)
+		loc := pemEnd().FindStringIndex(s)
 		if loc == nil {
 			return // inside a key block: nothing of it reaches the log
 		}
 		r.inKey = false
 		s = s[loc[1]:]
 	}
-	if locs := pemBegin.FindAllStringIndex(s, -1); locs != nil && !pemEnd.MatchString(s[locs[len(locs)-1][1]:]) {
+	if locs := pemBegin().FindAllStringIndex(s, -1); locs != nil && !pemEnd().MatchString(s[locs[len(locs)-1][1]:]) {
 		loc := locs[len(locs)-1]
 		// A block that begins here and ends on a later line.
 		r.inKey = true

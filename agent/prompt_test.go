@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/whilly-go/whilly/plan"
 )
@@ -243,6 +245,17 @@ func TestHomoglyphTable(t *testing.T) {
 	}
 }
 
+// normalizeForScan skips the format, combining-mark and folding checks for ASCII: they
+// must have nothing to do there.
+func TestNormalizeSkipsNothingInASCII(t *testing.T) {
+	t.Parallel()
+	for r := rune(0); r < utf8.RuneSelf; r++ {
+		if unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r) || foldRune(r) != r {
+			t.Errorf("rune %U is dropped or folded", r)
+		}
+	}
+}
+
 // A round's prompt says which round, what started it and the commits on the branch, all
 // fenced; its TRIZ finding is the analysis of the feedback, not of a failed attempt; a
 // summary that tries to close its fence cannot.
@@ -315,5 +328,43 @@ func TestBuildPromptFencesCIOutput(t *testing.T) {
 	}
 	if promptNonce(review) == nonce {
 		t.Error("the nonce does not cover the round's trigger")
+	}
+}
+
+// BenchmarkBuildPrompt builds the prompt of a task as whilly bench e2e imports them (the
+// worker's every attempt) and of the full input of the golden test.
+func BenchmarkBuildPrompt(b *testing.B) {
+	short := NewPromptInput("bench-1765104901", "whilly bench (scratch, deleted afterwards)", plan.Task{
+		ID: "T-17", Priority: plan.PriorityMedium, Description: "whilly bench task 17: no work at all",
+		AcceptanceCriteria: []string{"none"}, TestSteps: []string{"none"}, MaxAttempts: 1,
+	}, 1)
+	for _, bc := range []struct {
+		name string
+		in   PromptInput
+	}{{"bench_task", short}, {"full", fullPromptInput()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := BuildPrompt(bc.in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// validID accepts exactly what the id syntax's regexp matches.
+func TestValidIDIsTheRegexp(t *testing.T) {
+	t.Parallel()
+	re := regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,200}$`)
+	texts := []string{"", "a", "AUTH-1", "infra:db/1", "a b", "a\n", "\na", "é", "a\xff", "T_1.2", "x\x00",
+		strings.Repeat("a", 200), strings.Repeat("a", 201), strings.Repeat("é", 100)}
+	for c := 0; c < 256; c++ {
+		texts = append(texts, string([]byte{byte(c)}), "ok"+string([]byte{byte(c)}))
+	}
+	for _, s := range texts {
+		if got, want := validID(s), re.MatchString(s); got != want {
+			t.Errorf("validID(%q) = %v, the regexp says %v", s, got, want)
+		}
 	}
 }

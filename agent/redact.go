@@ -9,51 +9,52 @@ import (
 const redactedKey = "[REDACTED:private_key]"
 
 var (
-	pemBegin = regexp.MustCompile(`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----`)
-	pemEnd   = regexp.MustCompile(`-----END[A-Z0-9 ]*PRIVATE KEY-----`)
+	pemBegin = lazyRegexp(`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----`)
+	pemEnd   = lazyRegexp(`-----END[A-Z0-9 ]*PRIVATE KEY-----`)
 )
 
 // secretPatterns are applied in order; earlier, more specific patterns win (sk-ant- before
 // sk-). A replacement either names the kind of secret or keeps the harmless prefix (the
-// header or key name) and masks the value, so a reader still sees what was there.
+// header or key name) and masks the value, so a reader still sees what was there. A
+// regexp is compiled the first time a text holds one of its hints (see lazyRegexp).
 var secretPatterns = []struct {
 	hints []string // lowercase substrings one of which the text must contain, a cheap pre-filter
-	re    *regexp.Regexp
+	re    func() *regexp.Regexp
 	repl  string
 }{
 	// A whole PEM private key, or its start up to the end of the text when it is cut off.
-	{[]string{"private key"}, regexp.MustCompile(`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\z)`), redactedKey},
-	{[]string{"github_pat_"}, regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{20,}`), "[REDACTED:github_token]"},
-	{[]string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}, regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{20,}`), "[REDACTED:github_token]"},
-	{[]string{"glpat-"}, regexp.MustCompile(`\bglpat-[A-Za-z0-9_\-]{20,}`), "[REDACTED:gitlab_token]"},
-	{[]string{"sk-ant-"}, regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_\-]{10,}`), "[REDACTED:anthropic_key]"},
-	{[]string{"sk-"}, regexp.MustCompile(`\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}`), "[REDACTED:openai_key]"},
-	{[]string{"_live_"}, regexp.MustCompile(`\b(?:sk|rk)_live_[A-Za-z0-9]{16,}`), "[REDACTED:stripe_key]"},
-	{[]string{"gsk_"}, regexp.MustCompile(`\bgsk_[A-Za-z0-9]{20,}`), "[REDACTED:groq_key]"},
-	{[]string{"aiza"}, regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{35}`), "[REDACTED:google_key]"},
-	{[]string{"npm_"}, regexp.MustCompile(`\bnpm_[A-Za-z0-9]{36}\b`), "[REDACTED:npm_token]"},
-	{[]string{"akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"}, regexp.MustCompile(`\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b`), "[REDACTED:aws_key]"},
-	{[]string{"xox"}, regexp.MustCompile(`\bxox[abposre]-[A-Za-z0-9\-]{10,}`), "[REDACTED:slack_token]"},
-	{[]string{"xapp-"}, regexp.MustCompile(`\bxapp-\d-[A-Za-z0-9\-]{10,}`), "[REDACTED:slack_token]"},
-	{[]string{"hooks.slack.com"}, regexp.MustCompile(`https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+`), "[REDACTED:slack_webhook]"},
-	{[]string{"eyj"}, regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`), "[REDACTED:jwt]"},
+	{[]string{"private key"}, lazyRegexp(`-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\z)`), redactedKey},
+	{[]string{"github_pat_"}, lazyRegexp(`\bgithub_pat_[A-Za-z0-9_]{20,}`), "[REDACTED:github_token]"},
+	{[]string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}, lazyRegexp(`\bgh[pousr]_[A-Za-z0-9]{20,}`), "[REDACTED:github_token]"},
+	{[]string{"glpat-"}, lazyRegexp(`\bglpat-[A-Za-z0-9_\-]{20,}`), "[REDACTED:gitlab_token]"},
+	{[]string{"sk-ant-"}, lazyRegexp(`\bsk-ant-[A-Za-z0-9_\-]{10,}`), "[REDACTED:anthropic_key]"},
+	{[]string{"sk-"}, lazyRegexp(`\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}`), "[REDACTED:openai_key]"},
+	{[]string{"_live_"}, lazyRegexp(`\b(?:sk|rk)_live_[A-Za-z0-9]{16,}`), "[REDACTED:stripe_key]"},
+	{[]string{"gsk_"}, lazyRegexp(`\bgsk_[A-Za-z0-9]{20,}`), "[REDACTED:groq_key]"},
+	{[]string{"aiza"}, lazyRegexp(`\bAIza[0-9A-Za-z_\-]{35}`), "[REDACTED:google_key]"},
+	{[]string{"npm_"}, lazyRegexp(`\bnpm_[A-Za-z0-9]{36}\b`), "[REDACTED:npm_token]"},
+	{[]string{"akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"}, lazyRegexp(`\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b`), "[REDACTED:aws_key]"},
+	{[]string{"xox"}, lazyRegexp(`\bxox[abposre]-[A-Za-z0-9\-]{10,}`), "[REDACTED:slack_token]"},
+	{[]string{"xapp-"}, lazyRegexp(`\bxapp-\d-[A-Za-z0-9\-]{10,}`), "[REDACTED:slack_token]"},
+	{[]string{"hooks.slack.com"}, lazyRegexp(`https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+`), "[REDACTED:slack_webhook]"},
+	{[]string{"eyj"}, lazyRegexp(`\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}`), "[REDACTED:jwt]"},
 	// whilly's own tokens: whilly_w_ (worker), whilly_a_ (admin), whilly_r_ (read) and any
 	// other kind letter, then the base64url secret.
-	{[]string{"whilly_"}, regexp.MustCompile(`whilly_[a-z]_[A-Za-z0-9_\-]{20,}`), "[REDACTED:whilly_token]"},
+	{[]string{"whilly_"}, lazyRegexp(`whilly_[a-z]_[A-Za-z0-9_\-]{20,}`), "[REDACTED:whilly_token]"},
 	// "x-access-token:TOKEN" in base64, as git's http.extraheader carries a push token
 	// (AUTHORIZATION: basic …): base64 of the 15 bytes "x-access-token:" is always this.
-	{[]string{"ec1hy2nlc3mtdg9rzw46"}, regexp.MustCompile(`eC1hY2Nlc3MtdG9rZW46[A-Za-z0-9+/]*={0,2}`), "[REDACTED:github_basic_auth]"},
-	{[]string{"x-access-token:"}, regexp.MustCompile(`(?i)\b(x-access-token:)[^\s@"'/]+`), "${1}[REDACTED]"},
+	{[]string{"ec1hy2nlc3mtdg9rzw46"}, lazyRegexp(`eC1hY2Nlc3MtdG9rZW46[A-Za-z0-9+/]*={0,2}`), "[REDACTED:github_basic_auth]"},
+	{[]string{"x-access-token:"}, lazyRegexp(`(?i)\b(x-access-token:)[^\s@"'/]+`), "${1}[REDACTED]"},
 	// user:password@ in URLs (database DSNs, git remotes).
-	{[]string{"://"}, regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/@]+:)[^\s@/]+@`), "${1}[REDACTED]@"},
+	{[]string{"://"}, lazyRegexp(`(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/@]+:)[^\s@/]+@`), "${1}[REDACTED]@"},
 	// Authorization headers of any scheme, and bare bearer tokens.
-	{[]string{"authorization"}, regexp.MustCompile(`(?i)\b((?:proxy-)?authorization"?\s*[:=]\s*"?(?:(?:bearer|basic|token|bot|digest)\s+)?)[^\s"',;]+`), "${1}[REDACTED]"},
-	{[]string{"bearer"}, regexp.MustCompile(`(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]{8,}=*`), "${1}[REDACTED]"},
+	{[]string{"authorization"}, lazyRegexp(`(?i)\b((?:proxy-)?authorization"?\s*[:=]\s*"?(?:(?:bearer|basic|token|bot|digest)\s+)?)[^\s"',;]+`), "${1}[REDACTED]"},
+	{[]string{"bearer"}, lazyRegexp(`(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]{8,}=*`), "${1}[REDACTED]"},
 	// key=value and key: value for names that say "secret" (db_password=…, "api_key": "…",
 	// AWS_SECRET_ACCESS_KEY=…). The name must end right before the separator, so
 	// max_tokens=4096 and "input_tokens": 0 are left alone. A value already redacted by a
 	// pattern above is taken whole, so what follows it (the host of a URL) survives.
-	{[]string{"pass", "pwd", "secret", "token", "key", "credential"}, regexp.MustCompile(`(?i)\b((?:[a-z0-9]+[_\-.])*(?:password|passwd|pwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)(?:[_\-.][a-z0-9]+)*"?\s*[:=]\s*"?)(\[REDACTED[^\]]*\]|[^\s"'&,;]+)`), "${1}[REDACTED]"},
+	{[]string{"pass", "pwd", "secret", "token", "key", "credential"}, lazyRegexp(`(?i)\b((?:[a-z0-9]+[_\-.])*(?:password|passwd|pwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|client[_\-]?secret|credentials?)(?:[_\-.][a-z0-9]+)*"?\s*[:=]\s*"?)(\[REDACTED[^\]]*\]|[^\s"'&,;]+)`), "${1}[REDACTED]"},
 }
 
 // Redact masks secrets in s: GitHub tokens (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_),
@@ -69,7 +70,7 @@ func Redact(s string) string {
 		if !containsAny(lower, p.hints) {
 			continue
 		}
-		s = p.re.ReplaceAllString(s, p.repl)
+		s = p.re().ReplaceAllString(s, p.repl)
 		lower = strings.ToLower(s)
 	}
 	return s
@@ -135,7 +136,7 @@ func redactTail(b []byte, limit int) string {
 			s = s[i+1:]
 		}
 	}
-	if end := pemEnd.FindStringIndex(s); end != nil && !pemBegin.MatchString(s[:end[0]]) {
+	if end := pemEnd().FindStringIndex(s); end != nil && !pemBegin().MatchString(s[:end[0]]) {
 		s = redactedKey + s[end[1]:]
 	}
 	return tailString(strings.TrimSpace(Redact(s)), limit)
@@ -196,7 +197,7 @@ func FindSecrets(s string) []SecretFinding {
 			continue
 		}
 		kind, named := secretKind(p.repl, p.hints)
-		matches := p.re.FindAllStringSubmatchIndex(s, -1)
+		matches := p.re().FindAllStringSubmatchIndex(s, -1)
 		if len(matches) == 0 {
 			continue
 		}
@@ -210,7 +211,7 @@ func FindSecrets(s string) []SecretFinding {
 			}
 			out = append(out, SecretFinding{Kind: kind, Named: named, Value: value})
 		}
-		s = p.re.ReplaceAllString(s, p.repl)
+		s = p.re().ReplaceAllString(s, p.repl)
 		lower = strings.ToLower(s)
 	}
 	return out

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -84,7 +83,7 @@ const (
 )
 
 // reasonClass is a failure reason as whilly writes them; anything else is fenced.
-var reasonClass = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+var reasonClass = lazyRegexp(`^[a-z][a-z0-9_]{0,63}$`)
 
 // AnalyzeFailure asks the analyzer agent a, with a JSON-only prompt, whether the failed
 // task hides a technical or physical contradiction and which inventive principle
@@ -96,7 +95,7 @@ var reasonClass = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 // timeout, a failed run, or an answer that is not the JSON asked for (malformed_output).
 func AnalyzeFailure(ctx context.Context, a Agent, in TrizInput, timeout time.Duration) (TrizResult, error) {
 	var res TrizResult
-	if !idPattern.MatchString(in.PlanID) || !idPattern.MatchString(in.TaskID) {
+	if !validID(in.PlanID) || !validID(in.TaskID) {
 		return res, fmt.Errorf("analyze failure: invalid plan or task id %q / %q", bound(in.PlanID, 80), bound(in.TaskID, 80))
 	}
 	err := checkFields(map[string]string{"plan_name": in.PlanName, "description": in.Description},
@@ -183,7 +182,7 @@ func trizPrompt(in TrizInput) string {
 	}
 
 	p.line("\n# How the attempt failed")
-	if reasonClass.MatchString(in.Reason) {
+	if reasonClass().MatchString(in.Reason) {
 		p.printf("Reason: %s\n", in.Reason)
 	} else if strings.TrimSpace(in.Reason) != "" {
 		p.line("Reason:")

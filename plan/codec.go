@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -136,11 +137,13 @@ func textProblem(s string) string {
 }
 
 // repoPattern is GitHub's owner/name shape.
-var repoPattern = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$`)
+var repoPattern = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$`)
+})
 
 func validRepo(s string) bool {
 	_, name, _ := strings.Cut(s, "/")
-	return repoPattern.MatchString(s) && name != "." && name != ".."
+	return repoPattern().MatchString(s) && name != "." && name != ".."
 }
 
 // Normalize fills in what a plan file may leave out and canonicalises case, as Parse

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -123,33 +124,39 @@ func blank(list []string) bool {
 // onto /dev/null, is ordinary work.
 // Each pattern has hints, words one of which must appear (in lower case) before the
 // regexp runs at all: most text holds none, and the gate runs on every imported task.
-var destructive = []struct {
+// They are compiled on first use: every start of the worker's binary (which is also its
+// sandbox's init) would pay for them, and only imports use them.
+var destructive = sync.OnceValue(func() []destructiveCommand {
+	return []destructiveCommand{
+		// rm with a recursive flag, on /, /*, ~, ~/, ~/* or *.
+		{hints: []string{"rm"}, re: regexp.MustCompile(`\brm(?:\s+-{1,2}[A-Za-z-]+)*\s+(?:-[A-Za-z]*[rR][A-Za-z]*|--recursive)(?:\s+-{1,2}[A-Za-z-]+)*\s+(?:/\*?|~/?\*?|\*)(?:$|[\s;&|)'"` + "`" + `])`)},
+		// git push with --force or a short flag cluster holding f; --force-with-lease is the
+		// safe form and passes.
+		{hints: []string{"push"}, re: regexp.MustCompile(`\bgit\s+push\b[^\n;&|]*?\s(?:--force|-[A-Za-z]*f[A-Za-z]*)(?:$|[\s;&|])`)},
+		// a download piped into a shell.
+		{hints: []string{"curl", "wget"}, re: regexp.MustCompile(`\b(?:curl|wget)\b[^\n;&|]*\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:ba|z|k|da|fi)?sh\b`)},
+		{hints: []string{"mkfs"}, re: regexp.MustCompile(`\bmkfs(?:\.[A-Za-z0-9]+)?\b`)},
+		// dd writing to a device, unless it is a pseudo-device.
+		{
+			hints: []string{"dd"},
+			re:    regexp.MustCompile(`\bdd\b[^\n;&|]*\bof=/dev/(\S+)`),
+			harmless: func(m []string) bool {
+				for _, p := range []string{"null", "zero", "stdout", "stderr", "fd/", "tty"} {
+					if strings.HasPrefix(m[1], p) {
+						return true
+					}
+				}
+				return false
+			},
+		},
+		{hints: []string{"drop"}, re: regexp.MustCompile(`(?i)\bdrop\s+database\b`)},
+	}
+})
+
+type destructiveCommand struct {
 	hints    []string
 	re       *regexp.Regexp
 	harmless func(match []string) bool // nil: every match counts
-}{
-	// rm with a recursive flag, on /, /*, ~, ~/, ~/* or *.
-	{hints: []string{"rm"}, re: regexp.MustCompile(`\brm(?:\s+-{1,2}[A-Za-z-]+)*\s+(?:-[A-Za-z]*[rR][A-Za-z]*|--recursive)(?:\s+-{1,2}[A-Za-z-]+)*\s+(?:/\*?|~/?\*?|\*)(?:$|[\s;&|)'"` + "`" + `])`)},
-	// git push with --force or a short flag cluster holding f; --force-with-lease is the
-	// safe form and passes.
-	{hints: []string{"push"}, re: regexp.MustCompile(`\bgit\s+push\b[^\n;&|]*?\s(?:--force|-[A-Za-z]*f[A-Za-z]*)(?:$|[\s;&|])`)},
-	// a download piped into a shell.
-	{hints: []string{"curl", "wget"}, re: regexp.MustCompile(`\b(?:curl|wget)\b[^\n;&|]*\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:ba|z|k|da|fi)?sh\b`)},
-	{hints: []string{"mkfs"}, re: regexp.MustCompile(`\bmkfs(?:\.[A-Za-z0-9]+)?\b`)},
-	// dd writing to a device, unless it is a pseudo-device.
-	{
-		hints: []string{"dd"},
-		re:    regexp.MustCompile(`\bdd\b[^\n;&|]*\bof=/dev/(\S+)`),
-		harmless: func(m []string) bool {
-			for _, p := range []string{"null", "zero", "stdout", "stderr", "fd/", "tty"} {
-				if strings.HasPrefix(m[1], p) {
-					return true
-				}
-			}
-			return false
-		},
-	},
-	{hints: []string{"drop"}, re: regexp.MustCompile(`(?i)\bdrop\s+database\b`)},
 }
 
 type finding struct{ where, text string }
@@ -175,7 +182,7 @@ func findDestructive(t Task) []finding {
 	seen := make(map[string]bool)
 	for _, f := range fields {
 		lower := strings.ToLower(f.text)
-		for _, d := range destructive {
+		for _, d := range destructive() {
 			if !slices.ContainsFunc(d.hints, func(h string) bool { return strings.Contains(lower, h) }) {
 				continue
 			}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Values of WHILLY_SANDBOX_REGISTRIES.
@@ -267,8 +268,11 @@ func (d *derivation) uv() {
 }
 
 // cargoKey matches the keys of cargo's configuration that name a registry: a source
-// replacement's registry, a named registry's index, the default registry's index.
-var cargoKey = regexp.MustCompile(`^(source\.[^.]+\.registry|registries\.[^.]+\.index|registry\.index)$`)
+// replacement's registry, a named registry's index, the default registry's index. It is
+// compiled on first use, as envRef is: this binary is also every box's init.
+var cargoKey = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(source\.[^.]+\.registry|registries\.[^.]+\.index|registry\.index)$`)
+})
 
 func (d *derivation) cargo() {
 	home := cmpOr(d.getenv("CARGO_HOME"), d.inHome(".cargo"))
@@ -278,7 +282,7 @@ func (d *derivation) cargo() {
 	for _, name := range []string{"config.toml", "config"} {
 		vals := readTOMLStrings(filepath.Join(home, name))
 		for _, k := range slices.Sorted(maps.Keys(vals)) {
-			if !cargoKey.MatchString(k) {
+			if !cargoKey().MatchString(k) {
 				continue
 			}
 			d.addURL(vals[k])
@@ -387,7 +391,7 @@ func readKeyValues(p string) map[string]string {
 	return out
 }
 
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+var envRef = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`) })
 
 // readINI reads the key = value lines of an ini file (npmrc, pip.conf) in section ("":
 // outside any section), with pip's indented continuation lines joined by a space and,
@@ -430,7 +434,7 @@ func readINI(p string, getenv func(string) string, section string) map[string]st
 			v = u
 		}
 		if getenv != nil {
-			v = envRef.ReplaceAllStringFunc(v, func(m string) string { return getenv(m[2 : len(m)-1]) })
+			v = envRef().ReplaceAllStringFunc(v, func(m string) string { return getenv(m[2 : len(m)-1]) })
 		}
 		out[k], last = v, k
 	}

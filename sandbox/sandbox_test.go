@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -429,5 +430,51 @@ func TestFixNamesTheCause(t *testing.T) {
 		if !strings.Contains(got, tt.want) || strings.Contains(got, tt.not) || !strings.Contains(got, "WHILLY_SANDBOX=none") {
 			t.Errorf("Fix(%v) = %q, want it to name %q and not %q", tt.err, got, tt.want, tt.not)
 		}
+	}
+}
+
+// bwrapKnows finds an option in the binary's text without running it, and asks a file
+// that does not hold the option's name (a wrapper script) with --help.
+func TestBwrapKnows(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, text string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// Not executable: found in its text, or not at all.
+	binary := write("binary", "\x7fELF…\x00--disable-userns\x00--unshare-user\x00", 0o644)
+	wrapper := write("wrapper", "#!/bin/sh\necho '    --disable-'\"userns  Disable further use of user namespaces\"\n", 0o755)
+	old := write("old", "#!/bin/sh\necho '    --unshare-user  Create new user namespace'\n", 0o755)
+	for _, tt := range []struct {
+		path string
+		want bool
+	}{{binary, true}, {wrapper, true}, {old, false}, {filepath.Join(dir, "missing"), false}} {
+		if got := bwrapKnows(tt.path, "--disable-userns"); got != tt.want {
+			t.Errorf("bwrapKnows(%s) = %v, want %v", filepath.Base(tt.path), got, tt.want)
+		}
+	}
+}
+
+// holds finds a string wherever it lies, across the pieces it reads too.
+func TestHolds(t *testing.T) {
+	t.Parallel()
+	s := []byte("--disable-userns")
+	for _, at := range []int{0, 1, 16<<10 - 8, 16<<10 - 1, 16 << 10, 40<<10 + 3, 100 << 10} {
+		data := bytes.Repeat([]byte{'x'}, 100<<10+len(s))
+		copy(data[at:], s)
+		if !holds(bytes.NewReader(data), s) {
+			t.Errorf("not found at %d", at)
+		}
+		// One byte at a time, too.
+		if !holds(iotest.OneByteReader(bytes.NewReader(data)), s) {
+			t.Errorf("not found at %d, read a byte at a time", at)
+		}
+	}
+	if holds(bytes.NewReader(bytes.Repeat([]byte("--disable-user"), 5000)), s) {
+		t.Error("found in text that does not hold it")
 	}
 }

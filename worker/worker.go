@@ -18,7 +18,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -711,7 +710,7 @@ func (w *Worker) attempt(ctx context.Context, log *slog.Logger, c *client.Claim,
 	logFile, closeLog := w.openLog(t.PlanID, t.ID, t.Attempt)
 	defer closeLog()
 	// The log streams to the control plane while the agent runs (logstream.go).
-	stream := newLogStream(w.api, w.log.With("plan_id", t.PlanID, "task_id", t.ID, "attempt", t.Attempt), c)
+	stream := newLogStream(w.api, log, c)
 	streamCtx, stopStream := context.WithCancel(ctx)
 	var uploader sync.WaitGroup
 	uploader.Go(func() { stream.run(streamCtx) })
@@ -1017,19 +1016,17 @@ func (w *Worker) release(log *slog.Logger, c *client.Claim, out Outcome, reason 
 	return out
 }
 
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
-
 // openLog opens the attempt's log file, or discards when there is no log dir.
 func (w *Worker) openLog(planID, taskID string, attempt int) (io.Writer, func()) {
 	if w.cfg.LogDir == "" {
 		return nil, func() {}
 	}
-	dir := filepath.Join(w.cfg.LogDir, unsafeName.ReplaceAllString(planID, "_"))
+	dir := filepath.Join(w.cfg.LogDir, unsafeKey().ReplaceAllString(planID, "_"))
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		w.log.Warn("cannot create the log directory", "dir", dir, "error", err)
 		return nil, func() {}
 	}
-	name := filepath.Join(dir, fmt.Sprintf("%s.%d.log", unsafeName.ReplaceAllString(taskID, "_"), attempt))
+	name := filepath.Join(dir, fmt.Sprintf("%s.%d.log", unsafeKey().ReplaceAllString(taskID, "_"), attempt))
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
 	if err != nil {
 		w.log.Warn("cannot open the attempt log", "file", name, "error", err)

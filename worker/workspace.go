@@ -108,12 +108,15 @@ func NewWorkspaces(root, gitBin string, log *slog.Logger) *Workspaces {
 // Root returns the directory holding the workspaces.
 func (ws *Workspaces) Root() string { return ws.root }
 
-var unsafeKey = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+// unsafeKey matches what may not appear in a file name made of an id. This package's
+// regexps are compiled on first use: this binary is also every sandbox box's init, which
+// uses none of them.
+var unsafeKey = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^A-Za-z0-9._-]+`) })
 
 // key is the file name of a plan's workspace: readable, and unique thanks to the hash.
 // It never starts with a dot, so it never names the stores' directory.
 func key(planID string) string {
-	name := strings.Trim(unsafeKey.ReplaceAllString(planID, "_"), "._")
+	name := strings.Trim(unsafeKey().ReplaceAllString(planID, "_"), "._")
 	if len(name) > 60 {
 		name = name[:60]
 	}
@@ -295,21 +298,21 @@ func (c *Checkout) BaseFile(ctx context.Context, name string) ([]byte, error) {
 	return []byte(body[:size]), nil
 }
 
-var branchPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
+var branchPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`) })
 
 func validBranch(b string) bool {
-	return branchPattern.MatchString(b) && !strings.Contains(b, "..") && !strings.Contains(b, "//") &&
+	return branchPattern().MatchString(b) && !strings.Contains(b, "..") && !strings.Contains(b, "//") &&
 		!strings.HasSuffix(b, "/") && !strings.HasSuffix(b, ".lock") && !strings.HasSuffix(b, ".") && len(b) <= 200
 }
 
 // planBranch is the only kind of branch a worker pushes to: whilly/issue-N.
-var planBranch = regexp.MustCompile(`^whilly/issue-[1-9][0-9]{0,9}$`)
+var planBranch = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^whilly/issue-[1-9][0-9]{0,9}$`) })
 
 func validSpec(s client.Workspace) error {
 	if !validBranch(s.Branch) {
 		return fmt.Errorf("workspace branch %q is not a valid branch name", s.Branch)
 	}
-	if !planBranch.MatchString(s.Branch) {
+	if !planBranch().MatchString(s.Branch) {
 		return fmt.Errorf("workspace branch %q is not a plan branch (whilly/issue-N); the worker pushes to nothing else", s.Branch)
 	}
 	if s.BaseBranch != "" && !validBranch(s.BaseBranch) {
@@ -850,7 +853,7 @@ func (ws *Workspaces) dropPlanRefs(ctx context.Context, planID, lockPath string)
 	}
 	_, name, _ := strings.Cut(string(b), "\n")
 	name = strings.TrimSpace(name)
-	if name == "" || unsafeKey.MatchString(name) || strings.HasPrefix(name, ".") {
+	if name == "" || unsafeKey().MatchString(name) || strings.HasPrefix(name, ".") {
 		return nil
 	}
 	if _, err := os.Stat(ws.storePath(name)); err != nil {

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/whilly-go/whilly/plan"
@@ -237,11 +238,34 @@ func (c *Client) call(ctx context.Context, timeout time.Duration, method, escPat
 		return resp.StatusCode, nil
 	}
 	if out != nil {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if err := decodeAnswer(resp.Body, out); err != nil {
 			return resp.StatusCode, fmt.Errorf("decode answer of %s %s: %w", method, escPath, err)
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// answerBufs holds the buffers answers are read into, up to maxPooledAnswer bytes each.
+var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledAnswer = 64 << 10
+
+// decodeAnswer reads a whole answer into a pooled buffer and unmarshals it into out. A
+// json.Decoder on the body allocates and grows a buffer of its own for every answer:
+// for a claim's answer that is 8.9 KB allocated against 2.6 KB (BenchmarkDecodeAnswer).
+// Reading to the end also leaves the connection ready for the next request.
+func decodeAnswer(r io.Reader, out any) error {
+	buf := answerBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledAnswer {
+			buf.Reset()
+			answerBufs.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(r); err != nil {
+		return err
+	}
+	return json.Unmarshal(buf.Bytes(), out)
 }
 
 // send issues a request; a non-2xx answer is turned into an *Error (and its body closed).
