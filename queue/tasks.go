@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/whilly-go/whilly/plan"
 )
@@ -459,18 +460,25 @@ const taskColumns = `plan_id, id, status, priority, description, dependencies, k
 
 func scanTask(row pgx.Row) (TaskInfo, error) { return scanTaskExtra(row) }
 
-// scanTaskExtra scans taskColumns followed by extra columns into extra.
+// scanTaskExtra scans taskColumns followed by extra columns into extra. The destinations
+// are the types pgx scans into without wrappers (string, not plan.Status; a FlatArray, not
+// *[]string): pgx plans the scan of every column again for each result, and a wrapped
+// type costs reflection and allocations each time (BenchmarkGetClaimedTask: 64 -> 50
+// allocs/op).
 func scanTaskExtra(row pgx.Row, extra ...any) (TaskInfo, error) {
 	var (
-		t    TaskInfo
-		cost int64
+		t                          TaskInfo
+		status, priority, decision string
+		cost                       int64
 	)
-	dest := []any{&t.PlanID, &t.ID, &t.Status, &t.Priority, &t.Description, &t.Dependencies, &t.KeyFiles,
-		&t.AcceptanceCriteria, &t.TestSteps, &t.PRDRequirement, &t.Labels, &t.Gate.Decision, &t.Gate.Reasons,
+	dest := append(make([]any, 0, 28+len(extra)), &t.PlanID, &t.ID, &status, &priority, &t.Description,
+		(*pgtype.FlatArray[string])(&t.Dependencies), (*pgtype.FlatArray[string])(&t.KeyFiles),
+		(*pgtype.FlatArray[string])(&t.AcceptanceCriteria), (*pgtype.FlatArray[string])(&t.TestSteps), &t.PRDRequirement,
+		(*pgtype.FlatArray[string])(&t.Labels), &decision, &t.Gate.Reasons,
 		&t.Attempts, &t.MaxAttempts, &t.NotBefore, &t.LeaseID, &t.LeaseExpiresAt, &t.ClaimedBy, &t.Version,
-		&cost, &t.LastError, &t.LastOutput, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt, &t.Round}
+		&cost, &t.LastError, &t.LastOutput, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt, &t.Round)
 	err := row.Scan(append(dest, extra...)...)
-	t.Cost = plan.USD(cost)
+	t.Status, t.Priority, t.Gate.Decision, t.Cost = plan.Status(status), plan.Priority(priority), plan.Decision(decision), plan.USD(cost)
 	return t, err
 }
 
