@@ -6,6 +6,7 @@ import (
 
 	"github.com/whilly-go/whilly/plan"
 	"github.com/whilly-go/whilly/queue"
+	"github.com/whilly-go/whilly/testkit"
 )
 
 // BenchmarkGetClaimedTask reads one claimed task, a row of every task column with its
@@ -19,6 +20,7 @@ func BenchmarkGetClaimedTask(b *testing.B) {
 	if c, err := st.Claim(ctx, queue.ClaimRequest{WorkerID: w.ID, PlanID: "scan"}); err != nil || c == nil {
 		b.Fatalf("claim: %v %v", c, err)
 	}
+	testkit.ReportCPU(b)
 	for b.Loop() {
 		if _, err := st.GetTask(ctx, "scan", "A"); err != nil {
 			b.Fatal(err)
