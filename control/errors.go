@@ -128,9 +128,9 @@ func sentence(err error) string {
 	return m
 }
 
-// answers holds the buffers answers are encoded into: encoding into a reused buffer,
-// newline included, saves two allocations and two copies of every answer
-// (BenchmarkWriteComplete: -40% ns/op, 31 -> 28 allocs/op).
+// answers holds the buffers answers are encoded into. Encoding into a reused buffer,
+// newline included, spares Marshal's copy of the answer and the copy that appended the
+// newline (BenchmarkWriteComplete: a quarter less CPU, half the bytes allocated).
 var answers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // maxPooledAnswer bounds the buffers kept for reuse, so that one large answer (a page of
@@ -145,7 +145,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 			answers.Put(buf)
 		}
 	}()
-	buf.Reset()
 	// Encode writes what Marshal returns, then a newline.
 	if err := json.NewEncoder(buf).Encode(v); err != nil { // a programming error: every answer is a plain struct
 		status = http.StatusInternalServerError

@@ -458,6 +458,9 @@ const taskColumns = `plan_id, id, status, priority, description, dependencies, k
 	(cost_usd * 1000000)::bigint, coalesce(last_error, ''), coalesce(last_output, ''), coalesce(triz_finding, ''),
 	coalesce(result, ''), created_at, updated_at, round_context`
 
+// taskColumnCount is the number of columns of taskColumns.
+const taskColumnCount = 28
+
 func scanTask(row pgx.Row) (TaskInfo, error) { return scanTaskExtra(row) }
 
 // scanTaskExtra scans taskColumns followed by extra columns into extra, with the scan
@@ -472,7 +475,7 @@ func scanTaskExtra(row pgx.Row, extra ...any) (TaskInfo, error) {
 		cost                       int64
 	}
 	t := &v.t
-	dest := append(make(plannedRow, 0, 28+len(extra)) /* 28: taskColumns */, &t.PlanID, &t.ID, &v.status, &v.priority, &t.Description,
+	dest := append(make(plannedRow, 0, taskColumnCount+len(extra)), &t.PlanID, &t.ID, &v.status, &v.priority, &t.Description,
 		(*pgtype.FlatArray[string])(&t.Dependencies), (*pgtype.FlatArray[string])(&t.KeyFiles),
 		(*pgtype.FlatArray[string])(&t.AcceptanceCriteria), (*pgtype.FlatArray[string])(&t.TestSteps), &t.PRDRequirement,
 		(*pgtype.FlatArray[string])(&t.Labels), &v.decision, &t.Gate.Reasons,
