@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/whilly-go/whilly/plan"
 )
@@ -457,21 +458,32 @@ const taskColumns = `plan_id, id, status, priority, description, dependencies, k
 	(cost_usd * 1000000)::bigint, coalesce(last_error, ''), coalesce(last_output, ''), coalesce(triz_finding, ''),
 	coalesce(result, ''), created_at, updated_at, round_context`
 
+// taskColumnCount is the number of columns of taskColumns.
+const taskColumnCount = 28
+
 func scanTask(row pgx.Row) (TaskInfo, error) { return scanTaskExtra(row) }
 
-// scanTaskExtra scans taskColumns followed by extra columns into extra.
+// scanTaskExtra scans taskColumns followed by extra columns into extra, with the scan
+// plans of scanPlans. The destinations are the types pgx scans into without wrappers
+// (string, not plan.Status; a FlatArray, not *[]string), which cost reflection on every
+// row.
 func scanTaskExtra(row pgx.Row, extra ...any) (TaskInfo, error) {
-	var (
-		t    TaskInfo
-		cost int64
-	)
-	dest := []any{&t.PlanID, &t.ID, &t.Status, &t.Priority, &t.Description, &t.Dependencies, &t.KeyFiles,
-		&t.AcceptanceCriteria, &t.TestSteps, &t.PRDRequirement, &t.Labels, &t.Gate.Decision, &t.Gate.Reasons,
+	// One variable for every destination: one allocation, not one each.
+	var v struct {
+		t                          TaskInfo
+		status, priority, decision string
+		cost                       int64
+	}
+	t := &v.t
+	dest := append(make(plannedRow, 0, taskColumnCount+len(extra)), &t.PlanID, &t.ID, &v.status, &v.priority, &t.Description,
+		(*pgtype.FlatArray[string])(&t.Dependencies), (*pgtype.FlatArray[string])(&t.KeyFiles),
+		(*pgtype.FlatArray[string])(&t.AcceptanceCriteria), (*pgtype.FlatArray[string])(&t.TestSteps), &t.PRDRequirement,
+		(*pgtype.FlatArray[string])(&t.Labels), &v.decision, &t.Gate.Reasons,
 		&t.Attempts, &t.MaxAttempts, &t.NotBefore, &t.LeaseID, &t.LeaseExpiresAt, &t.ClaimedBy, &t.Version,
-		&cost, &t.LastError, &t.LastOutput, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt, &t.Round}
-	err := row.Scan(append(dest, extra...)...)
-	t.Cost = plan.USD(cost)
-	return t, err
+		&v.cost, &t.LastError, &t.LastOutput, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt, &t.Round)
+	err := row.Scan(append(dest, extra...))
+	t.Status, t.Priority, t.Gate.Decision, t.Cost = plan.Status(v.status), plan.Priority(v.priority), plan.Decision(v.decision), plan.USD(v.cost)
+	return *t, err
 }
 
 // Tasks returns every task of a plan in file order.
