@@ -463,10 +463,9 @@ const taskColumnCount = 28
 
 func scanTask(row pgx.Row) (TaskInfo, error) { return scanTaskExtra(row) }
 
-// scanTaskExtra scans taskColumns followed by extra columns into extra, with the scan
-// plans of scanPlans. The destinations are the types pgx scans into without wrappers
-// (string, not plan.Status; a FlatArray, not *[]string), which cost reflection on every
-// row.
+// scanTaskExtra scans taskColumns followed by extra columns into extra. The destinations
+// are the types pgx scans into without wrappers (string, not plan.Status; a FlatArray,
+// not *[]string), which cost reflection on every row.
 func scanTaskExtra(row pgx.Row, extra ...any) (TaskInfo, error) {
 	// One variable for every destination: one allocation, not one each.
 	var v struct {
@@ -475,13 +474,13 @@ func scanTaskExtra(row pgx.Row, extra ...any) (TaskInfo, error) {
 		cost                       int64
 	}
 	t := &v.t
-	dest := append(make(plannedRow, 0, taskColumnCount+len(extra)), &t.PlanID, &t.ID, &v.status, &v.priority, &t.Description,
+	dest := append(make([]any, 0, taskColumnCount+len(extra)), &t.PlanID, &t.ID, &v.status, &v.priority, &t.Description,
 		(*pgtype.FlatArray[string])(&t.Dependencies), (*pgtype.FlatArray[string])(&t.KeyFiles),
 		(*pgtype.FlatArray[string])(&t.AcceptanceCriteria), (*pgtype.FlatArray[string])(&t.TestSteps), &t.PRDRequirement,
 		(*pgtype.FlatArray[string])(&t.Labels), &v.decision, &t.Gate.Reasons,
 		&t.Attempts, &t.MaxAttempts, &t.NotBefore, &t.LeaseID, &t.LeaseExpiresAt, &t.ClaimedBy, &t.Version,
 		&v.cost, &t.LastError, &t.LastOutput, &t.TrizFinding, &t.Result, &t.CreatedAt, &t.UpdatedAt, &t.Round)
-	err := row.Scan(append(dest, extra...))
+	err := row.Scan(append(dest, extra...)...)
 	t.Status, t.Priority, t.Gate.Decision, t.Cost = plan.Status(v.status), plan.Priority(v.priority), plan.Decision(v.decision), plan.USD(v.cost)
 	return *t, err
 }
