@@ -510,9 +510,11 @@ func (f *firstErr) get() error {
 	return f.err
 }
 
-// cpuMeter adds up the CPU time of this process and of the database's backends serving
-// it, from /proc (Linux; elsewhere it reads nothing and says so). A backend that connects
-// while it measures (a pool that grows) counts from its start; one that exits is lost.
+// cpuMeter adds up the CPU time of this process and of the database's client backends
+// serving it, from /proc (Linux; elsewhere it reads nothing and says so). A backend that
+// connects while it measures (a pool that grows) counts from its start; one that exits is
+// lost. Autovacuum's workers are not counted: when they run depends on what earlier runs
+// left, not on this one.
 type cpuMeter struct {
 	pool     *pgxpool.Pool
 	backends map[int]time.Duration // at the start
@@ -576,7 +578,7 @@ func (e *env) startCPU(ctx context.Context) *cpuMeter {
 
 // pids are the backends connected to this database.
 func (m *cpuMeter) pids(ctx context.Context) ([]int, error) {
-	rows, err := m.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	rows, err := m.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'`)
 	if err != nil {
 		return nil, err
 	}
