@@ -13,18 +13,18 @@ import (
 	"github.com/whilly-go/whilly/plan"
 )
 
-// A claim picks the first claimable tasks, leases them and writes their CLAIM
-// events (and, for a handoff's claims that ask for it, starts them: handoffStatus), in one
-// statement: one task for each worker of $3 that is not revoked (a
-// control plane may still trust a revoked worker's token from its cache), in the order of
-// that array (n is the position of the worker a task went to). It walks an index in claim
-// order — priority, fair-share round, plan age, file order (tasks_claim_fair, see
-// fairShareSQL; tasks_claim_plan with the plan fixed) — and stops once it has enough
-// tasks that pass the checks, so its cost does not grow with the backlog. Tasks waiting
-// on an unfinished dependency are not in the claim order (waiting, migration 0024), and
-// the dependency check still runs, in the same snapshot. SKIP LOCKED lets concurrent
-// claimers pass over each other's candidates instead of queueing behind them. Each row
-// holds the task, n and the task's plan.
+// A claim picks the first claimable tasks, leases them and writes their CLAIM events
+// (and, for a handoff's claims that ask for it, starts them: handoffStatus), in one
+// statement: one task for each worker of $3 that is not revoked (a control plane may
+// still trust a revoked worker's token from its cache), in the order of that array (n is
+// the position of the worker a task went to). It walks an index in claim order —
+// priority, fair-share round, plan age, file order (tasks_claim_fair, see fairShareSQL;
+// tasks_claim_plan with the plan fixed) — and stops once it has enough tasks that pass
+// the checks, so its cost does not grow with the backlog. Tasks waiting on an unfinished
+// dependency are not in the claim order (waiting, migration 0024), and the dependency
+// check still runs, in the same snapshot. SKIP LOCKED lets concurrent claimers pass over
+// each other's candidates instead of queueing behind them. Each row holds the task, n and
+// the task's plan.
 const (
 	// depsFinished holds for a task t whose every dependency is DONE or SKIPPED (a
 	// dependency that does not exist is not). Each dependency's status is a scalar
