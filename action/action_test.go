@@ -212,7 +212,7 @@ func TestActionStepsRunLocally(t *testing.T) {
 	}
 	for _, name := range []string{"control-url", "token", "bootstrap-token", "plan", "agent", "max-tasks", "timeout-minutes"} {
 		if _, ok := md.inputs[name]; !ok {
-			t.Errorf("input %s (SPEC §12) is missing", name)
+			t.Errorf("input %s is missing", name)
 		}
 	}
 	if !md.required["control-url"] {
@@ -413,8 +413,8 @@ func TestActionStepsRunLocally(t *testing.T) {
 
 	t.Run("drain", func(t *testing.T) {
 		t.Parallel()
-		// T02 fails both its attempts: one task FAILED, the plan FAILED, so the step fails
-		// (SPEC §12), and tasks-failed counts the task, not its two attempts.
+		// T02 fails both its attempts: one task FAILED, the plan FAILED, so the step fails,
+		// and tasks-failed counts the task, not its two attempts.
 		importPlan("act", plan.Task{ID: "T00"}, plan.Task{ID: "T01"}, plan.Task{ID: "T02", MaxAttempts: 2})
 		// The repository's secret: a bootstrap token scoped like the plans of one repository.
 		scoped, _, err := st.Mint(context.Background(), queue.TokenSpec{Owner: "act", Registrar: true, Scopes: queue.Scopes{"plan:act"}})

@@ -40,7 +40,7 @@ func claudeArgs(cfg Config, req Request) []string {
 }
 
 // claudePermissionMode is Config.PermissionMode, else bypassPermissions inside a box
-// (SPEC §9: a full shell, so the agent can build and run its tests) and acceptEdits
+// (a full shell, so the agent can build and run its tests) and acceptEdits
 // outside one.
 func claudePermissionMode(cfg Config) string {
 	switch {

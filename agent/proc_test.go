@@ -293,7 +293,7 @@ func TestMissingWorkDirIsNotErrNotFound(t *testing.T) {
 	}
 }
 
-// The agent's environment is built from an allow-list (SPEC §16), with or without a box:
+// The agent's environment is built from an allow-list, with or without a box:
 // whilly's own secrets and whatever else the worker holds (GH_TOKEN, AWS keys, PGPASSWORD,
 // WHILLY_PLAN) stay out; the model's key, the locale and the request's context go in.
 func TestAgentEnvIsAllowListed(t *testing.T) {

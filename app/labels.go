@@ -5,7 +5,7 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// The state labels (SPEC §11). Exactly one is on an issue at a time. They are the
+// The state labels. Exactly one is on an issue at a time. They are the
 // public contract: never rename one.
 const (
 	LabelPending        = "whilly-pending"

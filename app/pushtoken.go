@@ -20,7 +20,7 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// Push tokens (SPEC §16): every claim of a repository plan gets a token of its own,
+// Push tokens: every claim of a repository plan gets a token of its own,
 // minted for that one repository with contents: write only, handed to that lease alone,
 // and revoked on GitHub (DELETE /installation/token) once the lease ends — completed,
 // failed, released, expired, or its worker revoked. Until then the control plane keeps

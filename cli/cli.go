@@ -22,7 +22,7 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// Exit codes (SPEC §13).
+// Exit codes.
 const (
 	ExitOK     = 0
 	ExitFailed = 1 // validation or operation error

@@ -159,7 +159,7 @@ func TestEnvironmentErrorsExitTwo(t *testing.T) {
 	if code, out, _ := run(t, "", "", "plan"); code != 0 || !strings.Contains(out, "Available Commands") {
 		t.Fatalf("whilly plan: exit %d, %q", code, out)
 	}
-	// Usage errors exit 2 (SPEC §13 as issue 14 asks), before anything is opened.
+	// Usage errors exit 2, before anything is opened.
 	usage := []struct {
 		args []string
 		want string

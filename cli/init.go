@@ -34,7 +34,7 @@ type initOptions struct {
 	noImport, strict, yes, asJSON           bool
 }
 
-// initCommand builds `whilly init "IDEA"`: the PRD wizard of SPEC §13.
+// initCommand builds `whilly init "IDEA"`: the PRD wizard.
 func (a *app) initCommand() *cobra.Command {
 	var o initOptions
 	cmd := &cobra.Command{

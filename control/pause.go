@@ -7,7 +7,7 @@ import (
 	"github.com/whilly-go/whilly/queue"
 )
 
-// The pause and approval endpoints (SPEC §10, §11) call the store's service functions
+// The pause and approval endpoints call the store's service functions
 // (queue/pause.go), which hold the whole rule: these only read the request and name the
 // actor.
 

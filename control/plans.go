@@ -59,7 +59,7 @@ func parsePlanStatus(v string) (plan.PlanStatus, bool) {
 	return "", false
 }
 
-// importPlan imports a plan file (SPEC §4); ?strict=true also applies the decision gate
+// importPlan imports a plan file; ?strict=true also applies the decision gate
 // strictly. Importing is idempotent: 201 when the plan is new, 200 otherwise.
 func (s *Server) importPlan(w http.ResponseWriter, r *http.Request) {
 	strict := false

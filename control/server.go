@@ -1,4 +1,4 @@
-// Package control is whilly's control-plane HTTP API (SPEC §10): worker registration and
+// Package control is whilly's control-plane HTTP API: worker registration and
 // heartbeats, long-polling claims woken by Postgres LISTEN/NOTIFY, lease-fenced task
 // transitions, the plans and events APIs with an SSE stream, health and Prometheus
 // metrics. It owns routing, authentication, request validation and the mapping of store
@@ -31,8 +31,8 @@ type WorkspaceProvider func(ctx context.Context, p queue.PlanInfo, l queue.Lease
 
 // Config tunes the server. Zero values take the defaults.
 type Config struct {
-	// BootstrapToken (WHILLY_BOOTSTRAP_TOKEN) registers workers and may do nothing else
-	// (SPEC §10); empty disables it.
+	// BootstrapToken (WHILLY_BOOTSTRAP_TOKEN) registers workers and may do nothing else;
+	// empty disables it.
 	BootstrapToken string
 	// MetricsToken (WHILLY_METRICS_TOKEN) guards /metrics when set.
 	MetricsToken string

@@ -224,7 +224,7 @@ wait`)
 	if len(group) < 4 {
 		t.Errorf("the agent's process group %d holds %v, want the leader and its children", started[0], group)
 	}
-	// A drained worker whose task ended FAILED exits 1 (SPEC §12).
+	// A drained worker whose task ended FAILED exits 1.
 	if code := w.wait(t, 60*time.Second); code != 1 {
 		t.Fatalf("worker exited %d, want 1 (--drain, its task and the plan FAILED)", code)
 	}

@@ -395,7 +395,7 @@ type Result struct {
 	Planned bool `json:"planned"`
 }
 
-// Intake turns the issue into a plan (SPEC §11): 👀 on the issue; a plan from the
+// Intake turns the issue into a plan: 👀 on the issue; a plan from the
 // ```whilly block, else the planner, else the task list, else the whole issue; the gate
 // in strict mode; the plan persisted with its issue ref (plan.created); the labels and
 // the status comment follow through the mirror job inserted with the plan. All tasks

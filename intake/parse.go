@@ -158,7 +158,7 @@ type IssueText struct {
 	Body  string
 }
 
-// Policy is what a plan made from an issue may ask for (SPEC §11).
+// Policy is what a plan made from an issue may ask for.
 type Policy struct {
 	// MaxAttempts caps every task's attempt limit and is the limit of tasks that name
 	// none (WHILLY_MAX_ATTEMPTS); 0 means plan.DefaultMaxAttempts.

@@ -1,4 +1,4 @@
--- Scopes (SPEC §10): a worker or an API token may be limited to installations,
+-- Scopes: a worker or an API token may be limited to installations,
 -- repositories and plans ("installation:ID", "repo:owner/name" in lower case, "plan:ID");
 -- an empty list is no limit. A registrar token (whilly admin token mint --bootstrap) may
 -- only register workers, which inherit its scopes.
@@ -6,7 +6,7 @@ ALTER TABLE workers ADD COLUMN scopes text[] NOT NULL DEFAULT '{}';
 ALTER TABLE api_tokens ADD COLUMN scopes text[] NOT NULL DEFAULT '{}';
 ALTER TABLE api_tokens ADD COLUMN registrar boolean NOT NULL DEFAULT false;
 
--- Push tokens minted for one lease each (SPEC §16), sealed with a key only the control
+-- Push tokens minted for one lease each, sealed with a key only the control
 -- plane holds, until they are revoked on GitHub when the lease ends.
 CREATE TABLE push_tokens (
     lease_id        uuid        PRIMARY KEY,

@@ -1,4 +1,4 @@
--- Global pause (SPEC §10): one row, read by every claim. While paused is true no task is
+-- Global pause: one row, read by every claim. While paused is true no task is
 -- claimed anywhere; running attempts finish. Who paused it and when, for the dashboard
 -- and `whilly pause`; the events system.paused / system.resumed are the audit trail.
 CREATE TABLE fleet (

@@ -336,7 +336,7 @@ func validate(p *Plan, skip map[fieldKey]bool) []Problem {
 	return out
 }
 
-// Parse reads a plan file (SPEC §4; the Python system's tasks.json). Unknown keys are
+// Parse reads a plan file (the Python system's tasks.json). Unknown keys are
 // ignored; wrong JSON types, missing or invalid fields, unknown dependencies and cycles
 // are all collected into one *ValidationError. Amounts are read exactly, never through a
 // float. The result is normalised (see Normalize) and valid (see Validate).

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// specExample is the plan file of SPEC §4.
+// specExample is the example plan file of the plan format.
 const specExample = `{
   "plan_id": "shop-auth",
   "project": "Shop auth hardening",

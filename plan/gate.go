@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Decision is the decision gate's verdict on a task (SPEC §6).
+// Decision is the decision gate's verdict on a task.
 type Decision string
 
 // Gate decisions, from best to worst.

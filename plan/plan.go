@@ -15,7 +15,7 @@ import (
 // Status is a task's state. The string values are persisted and appear on the wire.
 type Status string
 
-// Task statuses (SPEC §5).
+// Task statuses.
 const (
 	StatusPending    Status = "PENDING"
 	StatusClaimed    Status = "CLAIMED"
@@ -72,7 +72,7 @@ func (s Status) Satisfies() bool { return s == StatusDone || s == StatusSkipped 
 // PlanStatus is a plan's state.
 type PlanStatus string
 
-// Plan statuses (SPEC §3).
+// Plan statuses.
 const (
 	PlanActive    PlanStatus = "ACTIVE"
 	PlanPaused    PlanStatus = "PAUSED"

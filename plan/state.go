@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Transition is a change of task status (SPEC §5). The string values name events and
+// Transition is a change of task status. The string values name events and
 // appear in logs; never rename one.
 type Transition string
 
@@ -25,7 +25,7 @@ const (
 	TransitionReset    Transition = "RESET"    // DONE, FAILED, SKIPPED, CANCELLED → PENDING (operator)
 )
 
-// Transitions lists every transition in the order of the SPEC §5 table.
+// Transitions lists every transition, in the order of the transition table.
 func Transitions() []Transition {
 	return []Transition{
 		TransitionClaim, TransitionStart, TransitionComplete, TransitionFail, TransitionRetry,
@@ -37,7 +37,7 @@ func Transitions() []Transition {
 var ErrInvalidTransition = errors.New("invalid transition")
 
 // Next returns the status a task in status from moves to under t. A pair outside the
-// SPEC §5 table, an unknown status or an unknown transition is an error wrapping
+// transition table, an unknown status or an unknown transition is an error wrapping
 // ErrInvalidTransition; nothing is ever silently ignored.
 func Next(from Status, t Transition) (Status, error) {
 	running := from == StatusClaimed || from == StatusInProgress
@@ -97,7 +97,7 @@ func FailOutcome(attempts, maxAttempts int, retryable bool) Transition {
 	return TransitionFail
 }
 
-// Default retry backoff (SPEC §5).
+// Default retry backoff.
 const (
 	DefaultBackoffBase = 10 * time.Second
 	DefaultBackoffMax  = 10 * time.Minute

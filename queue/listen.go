@@ -308,7 +308,7 @@ func (s *Store) LatestEventID(ctx context.Context, planID string) (int64, error)
 }
 
 // ReadyCounts returns, for every ACTIVE plan, how many of its tasks are claimable now
-// (SPEC §5, worker labels aside): the whilly_ready_tasks gauge.
+// (worker labels aside): the whilly_ready_tasks gauge.
 func (s *Store) ReadyCounts(ctx context.Context) (map[string]int, error) {
 	out := map[string]int{}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {

@@ -11,7 +11,7 @@ import (
 	"github.com/whilly-go/whilly/plan"
 )
 
-// Pause and approval (SPEC §10, §11): the one place where the fleet and plans are paused,
+// Pause and approval: the one place where the fleet and plans are paused,
 // resumed and approved. The API, the CLI (through the API or on the local database), the
 // /whilly comment commands and the dashboard's buttons all call these functions. Each
 // takes who asks (an Actor), refuses a plan outside the actor's scopes exactly like one

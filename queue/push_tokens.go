@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// PushToken is the push token minted for one lease (SPEC §16), sealed by the GitHub App
+// PushToken is the push token minted for one lease, sealed by the GitHub App
 // package; it is revoked on GitHub once the lease has ended.
 type PushToken struct {
 	LeaseID        string

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Scopes (SPEC §10) limit what a worker or an API token may read and claim. Each scope
+// Scopes limit what a worker or an API token may read and claim. Each scope
 // names installations, a repository or a plan:
 //
 //	installation:ID     plans of that GitHub App installation

@@ -27,7 +27,7 @@ const (
 	NetHost  = "host"  // the worker's own network
 )
 
-// Settings are the operator's choices, as read from the environment (SPEC §14).
+// Settings are the operator's choices, as read from the environment.
 type Settings struct {
 	// Mode is ModeBwrap, ModeNone, or "" (unset): bwrap where it works, else an error
 	// for a worker that would run an agent process (Open).

@@ -1,4 +1,4 @@
-// Package sandbox is the box every agent process of whilly runs in (SPEC §16): the task
+// Package sandbox is the box every agent process of whilly runs in: the task
 // agent, its plan's verification commands, the planner and the failure analyzer, on
 // workers and on the control plane alike.
 //

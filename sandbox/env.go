@@ -15,8 +15,8 @@ var baseEnv = []string{"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAM
 var proxyEnv = []string{"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY",
 	"https_proxy", "http_proxy", "no_proxy", "all_proxy"}
 
-// allowedEnv builds an agent's environment from the worker's (environ) by allow-list
-// (SPEC §16): baseEnv and LC_*, the agent's own variables (API keys, base URLs), the names
+// allowedEnv builds an agent's environment from the worker's (environ) by allow-list:
+// baseEnv and LC_*, the agent's own variables (API keys, base URLs), the names
 // the operator listed in WHILLY_AGENT_ENV, with HOME set to home; then set (what the box
 // itself needs) and extra (whilly's context for the run: WHILLY_TASK_ID …), which win.
 // Whilly's own secrets never pass, whatever the lists say.

@@ -1,4 +1,4 @@
-// Package triz is the TRIZ failure analyzer's background job (SPEC §8): every failed
+// Package triz is the TRIZ failure analyzer's background job: every failed
 // attempt enqueues a River job in the FAIL transaction; the job asks the analyzer agent
 // (agent.AnalyzeFailure) whether the task hides a contradiction, records the outcome on
 // the task with its event (triz.contradiction, triz.none or triz.error), and charges what

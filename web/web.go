@@ -1,4 +1,4 @@
-// Package web is whilly's web dashboard (SPEC §17), served by `whilly serve` at `/`:
+// Package web is whilly's web dashboard, served by `whilly serve` at `/`:
 // server-rendered pages (html/template) of the plans, a plan's task graph, the workers
 // and the event log, kept live by a little plain JavaScript that follows the event
 // stream; sign-in with an API token into a server-side session; and the operator's

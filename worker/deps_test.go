@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// The slim worker binary (SPEC §2): its import graph holds no database driver, River,
+// The slim worker binary: its import graph holds no database driver, River,
 // router, GitHub App code or store, workspaces and diff gate included.
 func TestWorkerBinaryStaysSlim(t *testing.T) {
 	t.Parallel()

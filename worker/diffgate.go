@@ -11,7 +11,7 @@ import (
 )
 
 // The diff gate: before a task's commits leave the machine, every commit between the
-// task's start and what is pushed is checked against the policy (SPEC §16): protected
+// task's start and what is pushed is checked against the policy: protected
 // paths (WHILLY_PROTECTED_PATHS, matched case-insensitively, on both sides of a rename
 // and through symlinks), secrets in every added line read as text whatever
 // .gitattributes says, and limits on files, lines and bytes (WHILLY_DIFF_MAX_BYTES). A

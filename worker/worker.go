@@ -776,7 +776,7 @@ func (w *Worker) secrets(c *client.Claim) []string {
 	return out
 }
 
-// Task event types the worker records while it holds the lease (SPEC §16).
+// Task event types the worker records while it holds the lease.
 const (
 	EventEgressDenied = "agent.egress_denied" // the sandbox's proxy refused the agent a host
 	EventAttempt      = "agent.attempt"       // how the agent's process ran: sandbox, permission denials

@@ -1,4 +1,4 @@
-// Package client is the typed Go client of whilly's control-plane HTTP API (SPEC §10),
+// Package client is the typed Go client of whilly's control-plane HTTP API,
 // used by the worker, the CLI and the GitHub Action, and it owns the API's wire types,
 // which the server reuses. It must import only the standard library and package plan: the
 // slim worker binary depends on it, so no pgx, River, chi or ghinstallation may enter its

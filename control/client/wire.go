@@ -10,7 +10,7 @@ import (
 	"github.com/whilly-go/whilly/plan"
 )
 
-// The wire types of the control-plane API (SPEC §10): snake_case JSON, shared by the
+// The wire types of the control-plane API: snake_case JSON, shared by the
 // server (package control) and every client. Money travels as exact JSON numbers through
 // plan.USD (0.013, never a float sum). Fields may be added; never rename one.
 
@@ -18,7 +18,7 @@ import (
 type RegisterRequest struct {
 	Hostname string   `json:"hostname"`
 	Labels   []string `json:"labels,omitempty"`
-	// Scopes narrow the worker to installation:ID, repo:OWNER/NAME or plan:ID (SPEC §10).
+	// Scopes narrow the worker to installation:ID, repo:OWNER/NAME or plan:ID.
 	// Empty: the registrar's own scopes. A scoped registrar refuses wider ones (403).
 	Scopes []string `json:"scopes,omitempty"`
 	// OwnerEmail is the operator registering the worker; the owner of a minted bootstrap
@@ -83,7 +83,7 @@ type Claim struct {
 	Workspace *Workspace `json:"workspace,omitempty"`
 }
 
-// Workspace is the repository checkout a task runs in (SPEC §11): the worker fetches
+// Workspace is the repository checkout a task runs in: the worker fetches
 // CloneURL, works on Branch (created from BaseBranch when the remote lacks it), commits
 // the agent's changes and pushes them fast-forward with Token, a short-lived token that
 // may write to that one repository. The diff gate refuses changes under

@@ -1,4 +1,4 @@
-// Package config is whilly's one table of environment variables (SPEC §14). The table is
+// Package config is whilly's one table of environment variables. The table is
 // the single source for reading them (Env's typed methods), validating them (Env.Check
 // reports every error of a command at once), the environment section of `whilly serve
 // --help` and `whilly-worker --help` (Help), and the table in docs/configuration.md

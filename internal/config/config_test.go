@@ -131,7 +131,7 @@ func TestTableRows(t *testing.T) {
 	}
 }
 
-// The names of SPEC §14 are public: each keeps its exact name in the table.
+// The documented variable names are public: each keeps its exact name in the table.
 func TestSpecNames(t *testing.T) {
 	t.Parallel()
 	spec := []string{"WHILLY_DATABASE_URL", "WHILLY_DATA_DIR", "WHILLY_LISTEN", "WHILLY_PUBLIC_URL",
@@ -153,7 +153,7 @@ func TestSpecNames(t *testing.T) {
 	}
 	for _, n := range spec {
 		if !names[n] {
-			t.Errorf("%s (SPEC §14) is not in the table", n)
+			t.Errorf("%s is not in the table", n)
 		}
 	}
 }

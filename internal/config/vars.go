@@ -14,7 +14,7 @@ import (
 	"github.com/whilly-go/whilly/plan"
 )
 
-// The variables. Keep the names exactly (SPEC §14); add freely.
+// The variables. Keep the names exactly; add freely.
 const (
 	DatabaseURL    Name = "WHILLY_DATABASE_URL"
 	DataDir        Name = "WHILLY_DATA_DIR"

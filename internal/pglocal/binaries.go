@@ -20,7 +20,7 @@ var ErrNoBinaries = errors.New("no PostgreSQL server binaries (initdb, pg_ctl, p
 	"install PostgreSQL 14 or newer (e.g. `apt-get install postgresql` or `brew install postgresql`), " +
 	"or set WHILLY_DATABASE_URL to an existing server")
 
-// minMajor is the oldest server whilly supports (SPEC §2).
+// minMajor is the oldest server whilly supports.
 const minMajor = 14
 
 // FindBinaries returns the directory holding initdb, pg_ctl and postgres of the newest
