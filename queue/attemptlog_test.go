@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -163,5 +165,64 @@ func TestAnAttemptsLogGoesWithItsTask(t *testing.T) {
 	}
 	if lg, err := st.ReadAttemptLog(ctx, "kept", "T2", 1, 0); err != nil || string(lg.Data) != "log of T2\n" {
 		t.Errorf("the other plan's log = %q (%v)", lg.Data, err)
+	}
+}
+
+// TestNoLogOutlivesItsTaskInARace: workers append to their attempts' logs and complete
+// with a tail while the plan is deleted (a hard reset) at the same time. Whatever order
+// the transactions commit in, no log row is left whose task is gone: a log write waits on
+// its task's row and finds it deleted, or commits first and the deletion's trigger
+// removes it.
+func TestNoLogOutlivesItsTaskInARace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testkit.DB(t)
+	st := queue.NewStore(pool, nil, queue.Config{})
+	w := register(t, st)
+	var written atomic.Int64 // appends that went through: the race had logs to lose
+	for round := range 6 {
+		id := fmt.Sprintf("race%d", round)
+		p := &plan.Plan{ID: id, Name: id}
+		for i := range 4 {
+			p.Tasks = append(p.Tasks, goodTask(fmt.Sprintf("T%d", i)))
+		}
+		importTasks(t, st, p)
+		var leases []queue.Lease
+		for range 4 {
+			leases = append(leases, leaseOf(mustClaim(t, st, w, id), w.ID))
+		}
+		var wg sync.WaitGroup
+		for i, l := range leases {
+			wg.Go(func() {
+				for off := range 20 {
+					if _, err := st.AppendAttemptLog(ctx, l, queue.LogAppend{Attempt: 1, Offset: int64(off), Data: []byte("x")}); err != nil {
+						return // the task is gone: nothing more to write
+					}
+					written.Add(1)
+					if i%2 == 0 && off == 10 {
+						_, _ = st.Complete(ctx, l, queue.CompleteInput{Log: &queue.LogTail{Offset: 11, Data: []byte("tail\n")}})
+						return
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			if _, err := st.ResetPlan(ctx, id, queue.ResetOptions{Hard: true}); err != nil {
+				t.Errorf("delete plan %s: %v", id, err)
+			}
+		})
+		wg.Wait()
+	}
+	var orphans int
+	if err := pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM attempt_logs l WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.plan_id = l.plan_id AND t.id = l.task_id)) +
+		(SELECT count(*) FROM attempt_log_chunks k WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.plan_id = k.plan_id AND t.id = k.task_id))`).Scan(&orphans); err != nil {
+		t.Fatal(err)
+	}
+	if orphans != 0 {
+		t.Errorf("%d log rows outlived their task", orphans)
+	}
+	if written.Load() == 0 {
+		t.Error("no append went through before the deletions: the race was not run")
 	}
 }
