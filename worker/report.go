@@ -47,16 +47,20 @@ func (s *Summary) note(out Outcome) {
 	if status == "failed" && !out.Final {
 		status = TaskRunRetrying
 	}
-	for i := len(s.Tasks) - 1; i >= 0; i-- {
-		if t := &s.Tasks[i]; t.PlanID == out.PlanID && t.TaskID == out.TaskID {
-			t.Status, t.Attempts, t.Cost = status, t.Attempts+1, t.Cost+out.Cost
-			return
-		}
+	key := out.PlanID + "\x00" + out.TaskID
+	if i, ok := s.listed[key]; ok {
+		t := &s.Tasks[i]
+		t.Status, t.Attempts, t.Cost = status, t.Attempts+1, t.Cost+out.Cost
+		return
 	}
 	if len(s.Tasks) >= MaxReportedTasks {
 		s.TasksUnlisted++
 		return
 	}
+	if s.listed == nil {
+		s.listed = map[string]int{}
+	}
+	s.listed[key] = len(s.Tasks)
 	s.Tasks = append(s.Tasks, TaskRun{PlanID: out.PlanID, TaskID: out.TaskID, Status: status, Attempts: 1, Cost: out.Cost})
 }
 
