@@ -33,8 +33,14 @@ type env struct {
 // newEnv runs a real control plane over a test database on an httptest server.
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, queue.Config{})
+}
+
+// newEnvWith is newEnv with a store of configuration cfg.
+func newEnvWith(t *testing.T, cfg queue.Config) *env {
+	t.Helper()
 	pool := testkit.DB(t)
-	st := queue.NewStore(pool, nil, queue.Config{})
+	st := queue.NewStore(pool, nil, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	ln := queue.NewListener(pool, nil)
 	done := make(chan struct{})
@@ -169,6 +175,22 @@ func TestCancelledPlanStopsTheAgent(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the heartbeat did not stop the agent of a cancelled plan")
+	}
+}
+
+// TestHeartbeatsKeepALongAttemptsLease: an attempt that runs past its lease's lifetime
+// completes, because the worker's heartbeats extend the lease while the agent runs.
+func TestHeartbeatsKeepALongAttemptsLease(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, queue.Config{LeaseTTL: time.Second})
+	e.importTasks(t, "long", 1)
+	w := e.worker(t, e.url, agent.SimConfig{Delay: 2500 * time.Millisecond}, worker.Config{PlanID: "long", Once: true})
+	s, err := w.Run(context.Background())
+	if err != nil || s.Done != 1 {
+		t.Fatalf("Run = %+v, %v; want the task done", s, err)
+	}
+	if st := taskStatus(t, e.st, "long", "T00"); st != plan.StatusDone {
+		t.Fatalf("task = %s, want DONE", st)
 	}
 }
 
