@@ -41,13 +41,16 @@ type TaskRun struct {
 	Cost     plan.USD `json:"cost_usd"`
 }
 
+// taskKey names a task of a plan.
+type taskKey struct{ plan, task string }
+
 // note records an attempt's outcome in the summary's list of tasks.
 func (s *Summary) note(out Outcome) {
 	status := out.Status
 	if status == "failed" && !out.Final {
 		status = TaskRunRetrying
 	}
-	key := out.PlanID + "\x00" + out.TaskID
+	key := taskKey{out.PlanID, out.TaskID}
 	if i, ok := s.listed[key]; ok {
 		t := &s.Tasks[i]
 		t.Status, t.Attempts, t.Cost = status, t.Attempts+1, t.Cost+out.Cost
@@ -58,7 +61,7 @@ func (s *Summary) note(out Outcome) {
 		return
 	}
 	if s.listed == nil {
-		s.listed = map[string]int{}
+		s.listed = map[taskKey]int{}
 	}
 	s.listed[key] = len(s.Tasks)
 	s.Tasks = append(s.Tasks, TaskRun{PlanID: out.PlanID, TaskID: out.TaskID, Status: status, Attempts: 1, Cost: out.Cost})

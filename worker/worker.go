@@ -137,9 +137,9 @@ type Summary struct {
 	// MaxReportedTasks; TasksUnlisted counts the others).
 	Tasks         []TaskRun `json:"tasks,omitempty"`
 	TasksUnlisted int       `json:"tasks_unlisted,omitempty"`
-	// listed finds a task's entry in Tasks ("plan\x00task" → index): a worker that runs
-	// thousands of tasks finds each in constant time, not by walking the list.
-	listed map[string]int
+	// listed finds a task's entry in Tasks: a worker that runs thousands of tasks finds
+	// each in constant time, not by walking the list.
+	listed map[taskKey]int
 }
 
 // Worker runs tasks from one control plane with one agent.
