@@ -599,8 +599,10 @@ func TestDeliveriesHaveTheirOwnQueueAndOldOnesAreStillWorked(t *testing.T) {
 }
 
 // While GitHub is down the reconciler fails interval after interval; its jobs do not pile
-// up (each retried on its own backoff): at most one is waiting or running at a time, and
-// the next interval's run is its retry.
+// up: a failed run is not retried on a backoff of its own beside the next interval's run
+// (which is its retry), so no reconciler job that has run is ever waiting again. How many
+// fresh jobs wait at once depends on how fast the machine works the queue, not on the
+// outage, so that is not what is counted.
 func TestReconcileJobsDoNotPileUpWhileGitHubIsDown(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{reconcileEvery: time.Second})
@@ -608,23 +610,22 @@ func TestReconcileJobsDoNotPileUpWhileGitHubIsDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	queue.RunSchedules(ctx, e.river, slog.New(slog.DiscardHandler), []queue.Schedule{e.rec.Schedule()})
-	count := func(states string) int {
+	count := func(cond string) int {
 		var n int
-		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND state::text = ANY(string_to_array($2, ','))`,
-			app.KindReconcile, states).Scan(&n); err != nil {
+		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND `+cond, app.KindReconcile).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
 	most := 0
 	testkit.Eventually(t, 30*time.Second, "six reconciler runs", func() bool {
-		most = max(most, count("available,pending,running,retryable,scheduled"))
-		return count("available,pending,running,retryable,scheduled,completed,discarded,cancelled") >= 6
+		most = max(most, count(`attempt > 0 AND state NOT IN ('running', 'completed', 'discarded', 'cancelled')`))
+		return count(`true`) >= 6
 	})
-	if n := count("discarded"); n < 4 {
+	if n := count(`state = 'discarded'`); n < 4 {
 		t.Errorf("%d failed reconciler runs over six intervals, want each run but the last ended", n)
 	}
-	if most > 1 {
-		t.Errorf("%d reconciler jobs waiting at once while GitHub was down, want at most 1", most)
+	if most > 0 {
+		t.Errorf("%d failed reconciler runs waiting to be retried at once while GitHub was down, want none", most)
 	}
 }
