@@ -81,7 +81,7 @@ var repoShape = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}
 // times it.
 const PlanCalls = 2
 
-// Plan asks the planner agent a for a PRD and a plan and checks the plan with
+// Plan asks the planner agent for a PRD and a plan and checks the plan with
 // the plan file's own rules (plan.Parse, so also plan.Normalize and plan.Validate). An
 // answer that is not a valid plan — or whose tasks the decision gate would reject — is
 // sent back once with its problems; a second answer that is still invalid is an
