@@ -36,6 +36,18 @@ func TestSummaryListsEachTaskOnce(t *testing.T) {
 	}
 }
 
+// TestSummaryTellsApartIdsThatJoinAlike: ids come from the control plane and may hold
+// any byte; two tasks whose plan and task ids would join into one string stay two.
+func TestSummaryTellsApartIdsThatJoinAlike(t *testing.T) {
+	t.Parallel()
+	var s Summary
+	s.note(Outcome{PlanID: "a\x00b", TaskID: "c", Status: "done"})
+	s.note(Outcome{PlanID: "a", TaskID: "b\x00c", Status: "done"})
+	if len(s.Tasks) != 2 || s.Tasks[0].Attempts != 1 || s.Tasks[1].Attempts != 1 {
+		t.Fatalf("two tasks whose ids join alike: %d entries, want two of one attempt each", len(s.Tasks))
+	}
+}
+
 // BenchmarkSummaryNote: noting a task's outcome costs the same whether the worker ran
 // ten tasks before it or a thousand. Each outcome's plan id is a string of its own, as
 // one decoded from each claim is.
